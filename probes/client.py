@@ -1,0 +1,239 @@
+"""The load client: async, streaming, OpenAI-compatible; the measurer owns clock and schedule.
+
+- Closed loop (``concurrency=N``): N slots; a request's ``t_sched`` is when its slot freed up
+  (the start, for the first N). This is what ``vllm bench serve --max-concurrency N`` does.
+- Open loop (``rate_rps=R``): arrival times drawn up front from a Poisson process with the given
+  seed; a request's ``t_sched`` is its place in that schedule, so a slow client or server cannot
+  hide queueing (no coordinated omission).
+- Warm-up requests are sent first, at the same load, and thrown away.
+
+It must stay lean: on two cores it competes with the engine it measures. Bodies are serialised
+before the clock starts; per chunk the client stores one timestamp and decodes one small JSON
+object. The process's own CPU use over the window is reported with the figures.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass
+
+import aiohttp
+import orjson
+
+from probes.records import RequestRecord
+from probes.workload import PreparedRequest
+
+Clock = Callable[[], float]
+
+
+def _content(chunk: dict, chat: bool) -> tuple[bool, dict | None]:
+    """Whether a decoded SSE chunk carries content, and its usage if it has one."""
+    usage = chunk.get("usage")
+    choices = chunk.get("choices") or ()
+    for c in choices:
+        if chat:
+            delta = c.get("delta") or {}
+            if delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning"):
+                return True, usage
+        elif c.get("text"):
+            return True, usage
+    return False, usage
+
+
+async def consume_stream(
+    rec: RequestRecord, lines: AsyncIterator[bytes], clock: Clock, chat: bool
+) -> None:
+    """Read an SSE stream into ``rec``: content-chunk times, usage, errors.
+
+    A chunk with empty content, a role-only chunk, the usage chunk and ``[DONE]`` do not count
+    as content (MEASUREMENT.md). ``n_out`` comes from the server's usage where it sends one,
+    else from the number of content chunks.
+    """
+    n_chunks = 0
+    usage = None
+    async for raw in lines:
+        now = clock()
+        line = raw.strip()
+        if not line.startswith(b"data:"):
+            continue
+        data = line[5:].strip()
+        if data == b"[DONE]":
+            break
+        try:
+            chunk = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            rec.error = f"bad SSE data: {data[:80]!r}"
+            return
+        if "error" in chunk and not chunk.get("choices"):
+            err = chunk["error"]
+            rec.error = f"server error: {err.get('message', err) if isinstance(err, dict) else err}"
+            return
+        has_content, u = _content(chunk, chat)
+        if u:
+            usage = u
+        if has_content:
+            if n_chunks == 0:
+                rec.t_first = now
+            rec.t_last = now
+            rec.chunk_times.append(now)
+            n_chunks += 1
+    if usage and usage.get("completion_tokens") is not None:
+        rec.n_out = int(usage["completion_tokens"])
+        rec.n_out_from_usage = True
+        if usage.get("prompt_tokens") is not None:
+            rec.n_prompt = int(usage["prompt_tokens"])
+    else:
+        rec.n_out = n_chunks
+    if n_chunks == 0 and rec.error is None:
+        rec.error = "stream ended without content"
+
+
+@dataclass
+class LoadResult:
+    records: list[RequestRecord]
+    warmup: list[RequestRecord]
+    client_cpu_pct: float  # the client process's CPU time over the window, % of one core
+    wall_s: float
+
+
+class LoadClient:
+    """Sends prepared requests to one server.
+
+    Args:
+        base_url: the server's root (``http://host:port``); a trailing ``/v1`` is tolerated.
+        timeout_s: per-request limit; a request over it is a failed record.
+        clock: the monotonic clock (injectable for tests).
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        timeout_s: float = 300.0,
+        clock: Clock = time.perf_counter,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        self.base_url = normalize_base_url(base_url)
+        self.timeout_s = timeout_s
+        self.clock = clock
+        self.headers = {"Content-Type": "application/json", **(headers or {})}
+
+    async def _one(
+        self, session: aiohttp.ClientSession, req: PreparedRequest, rec: RequestRecord
+    ) -> None:
+        rec.n_prompt_expected = req.prompt_tokens
+        rec.t_send = self.clock()
+        try:
+            async with session.post(
+                self.base_url + req.path, data=req.body, headers=self.headers
+            ) as resp:
+                if resp.status != 200:
+                    text = (await resp.text())[:200]
+                    rec.error = f"HTTP {resp.status}: {text}"
+                else:
+                    await consume_stream(rec, resp.content, self.clock, req.chat)
+        except asyncio.TimeoutError:
+            rec.error = f"timeout after {self.timeout_s:g} s"
+        except aiohttp.ClientError as exc:
+            rec.error = f"{type(exc).__name__}: {exc}"
+        finally:
+            rec.t_end = self.clock()
+
+    async def _closed(
+        self, session: aiohttp.ClientSession, reqs: Sequence[PreparedRequest], concurrency: int,
+        first_index: int,
+    ) -> list[RequestRecord]:
+        records: list[RequestRecord] = []
+        it = iter(enumerate(reqs, first_index))
+        t0 = self.clock()
+
+        async def slot() -> None:
+            t_free = t0
+            for i, req in it:  # the shared iterator hands each request to exactly one slot
+                rec = RequestRecord(index=i, t_sched=t_free)
+                records.append(rec)
+                await self._one(session, req, rec)
+                t_free = rec.t_end
+
+        await asyncio.gather(*(slot() for _ in range(min(concurrency, len(reqs)))))
+        records.sort(key=lambda r: r.index)
+        return records
+
+    async def _open(
+        self, session: aiohttp.ClientSession, reqs: Sequence[PreparedRequest], rate_rps: float,
+        seed: int, first_index: int,
+    ) -> list[RequestRecord]:
+        rng = random.Random(seed)
+        offsets, t = [], 0.0
+        for _ in reqs:
+            offsets.append(t)
+            t += rng.expovariate(rate_rps)
+        t0 = self.clock()
+        records = [RequestRecord(index=first_index + i, t_sched=t0 + o) for i, o in enumerate(offsets)]
+
+        async def fire(req: PreparedRequest, rec: RequestRecord) -> None:
+            delay = rec.t_sched - self.clock()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            await self._one(session, req, rec)
+
+        await asyncio.gather(*(fire(q, r) for q, r in zip(reqs, records, strict=True)))
+        return records
+
+    async def run(
+        self,
+        requests: Sequence[PreparedRequest],
+        *,
+        concurrency: int | None = None,
+        rate_rps: float | None = None,
+        warmup: int = 0,
+        seed: int = 0,
+    ) -> LoadResult:
+        """Send ``warmup`` requests (discarded), then the rest, at one load.
+
+        Exactly one of ``concurrency`` and ``rate_rps`` is given.
+        """
+        if (concurrency is None) == (rate_rps is None):
+            raise ValueError("give exactly one of concurrency and rate_rps")
+        if concurrency is not None and concurrency < 1:
+            raise ValueError(f"concurrency must be >= 1, got {concurrency}")
+        if rate_rps is not None and rate_rps <= 0:
+            raise ValueError(f"rate must be > 0 requests/s, got {rate_rps}")
+        warm_reqs, measured = requests[:warmup], requests[warmup:]
+        connector = aiohttp.TCPConnector(limit=0, force_close=False)
+        timeout = aiohttp.ClientTimeout(total=self.timeout_s)
+        async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+            warm: list[RequestRecord] = []
+            if warm_reqs:
+                warm = await self._closed(session, warm_reqs, concurrency or len(warm_reqs), 0)
+            cpu0, wall0 = time.process_time(), time.perf_counter()
+            if concurrency is not None:
+                recs = await self._closed(session, measured, concurrency, warmup)
+            else:
+                assert rate_rps is not None
+                recs = await self._open(session, measured, rate_rps, seed, warmup)
+            cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
+        return LoadResult(recs, warm, 100.0 * cpu / wall if wall > 0 else 0.0, wall)
+
+
+def normalize_base_url(url: str) -> str:
+    """``http://h:p``, ``http://h:p/`` and ``http://h:p/v1`` all mean the server's root."""
+    url = url.strip().rstrip("/")
+    if url.endswith("/v1"):
+        url = url[: -len("/v1")]
+    if not url.startswith(("http://", "https://")):
+        raise ValueError(f"endpoint {url!r} must start with http:// or https://")
+    return url
+
+
+def run_load(client: LoadClient, requests: Sequence[PreparedRequest], **kw: object) -> LoadResult:
+    """Synchronous wrapper: one event loop per load point (uvloop where installed)."""
+    try:
+        import uvloop
+
+        return uvloop.run(client.run(requests, **kw))  # type: ignore[arg-type]
+    except ImportError:
+        return asyncio.run(client.run(requests, **kw))  # type: ignore[arg-type]

@@ -1,0 +1,26 @@
+"""Engine registry: one line per engine. Adding an engine takes an adapter module, a line here
+and a search-space file in search_spaces/."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from tuner.engines.base import Engine
+from tuner.engines.vllm import VLLMEngine
+
+ENGINES: dict[str, Callable[[], Engine]] = {
+    "vllm": VLLMEngine,
+}
+
+
+class UnknownEngineError(ValueError):
+    pass
+
+
+def get_engine(name: str) -> Engine:
+    try:
+        return ENGINES[name]()
+    except KeyError:
+        raise UnknownEngineError(
+            f"engine {name!r} is unknown; known: {', '.join(sorted(ENGINES))}"
+        ) from None

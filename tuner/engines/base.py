@@ -1,0 +1,248 @@
+"""The engine Protocol and the server lifecycle, written once for every engine.
+
+An engine adapter only knows how to build its launch command and how to read its failures.
+`ServerProcess` owns the rest: a subprocess in its own session (so its own process group), bound
+to 127.0.0.1 on a free port, its log kept in a file, readiness checked in four steps (process
+alive, ``/health``, ``/v1/models``, one real 1-token request) under a timeout, and the whole
+process group torn down on every exit path, Ctrl-C included. Processes are stopped by their
+process group, never by name.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from probes.client import normalize_base_url
+
+HOST = "127.0.0.1"
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    """What starts one server: an argv list (absolute paths) and the variables the config sets."""
+
+    argv: list[str]
+    env: dict[str, str] = field(default_factory=dict)
+
+    def with_port(self, port: int) -> LaunchSpec:
+        argv = list(self.argv)
+        i = argv.index("--port")
+        argv[i + 1] = str(port)
+        return LaunchSpec(argv, dict(self.env))
+
+
+class Engine(Protocol):
+    """An inference server autotune can launch and tune."""
+
+    name: str
+    supports_ignore_eos: bool
+    metrics_path: str | None  # Prometheus text endpoint, if the server has one
+
+    def version(self) -> str: ...
+
+    def launch_spec(
+        self, model_path: str, args: list[str], env: dict[str, str], port: int
+    ) -> LaunchSpec: ...
+
+    def classify_failure(self, log_tail: str, returncode: int | None) -> str: ...
+
+
+class EngineStartError(RuntimeError):
+    """The server did not become ready; ``reason`` is a short classification for the report."""
+
+    def __init__(self, reason: str, detail: str = "") -> None:
+        super().__init__(f"{reason}{': ' + detail if detail else ''}")
+        self.reason = reason
+        self.detail = detail
+
+
+def free_port(host: str = HOST) -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def tail(path: Path, n_bytes: int = 20_000) -> str:
+    try:
+        with path.open("rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - n_bytes))
+            return f.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+def _http(
+    method: str, url: str, body: dict | None = None, timeout_s: float = 10.0
+) -> tuple[int, bytes]:
+    u = url.split("://", 1)[1]
+    hostport, _, path = u.partition("/")
+    host, _, port = hostport.partition(":")
+    conn = http.client.HTTPConnection(host, int(port or 80), timeout=timeout_s)
+    try:
+        data = json.dumps(body).encode() if body is not None else None
+        headers = {"Content-Type": "application/json"} if data else {}
+        conn.request(method, "/" + path, body=data, headers=headers)
+        resp = conn.getresponse()
+        return resp.status, resp.read()
+    finally:
+        conn.close()
+
+
+def check_ready(base_url: str, served_model: str | None, timeout_s: float = 60.0) -> str:
+    """One pass of the readiness checks after /health; returns the served model name.
+
+    Raises:
+        OSError/ValueError: not ready yet (the caller retries).
+    """
+    status, body = _http("GET", base_url + "/v1/models")
+    if status != 200:
+        raise ValueError(f"/v1/models answered {status}")
+    names = [m["id"] for m in json.loads(body).get("data", [])]
+    if not names:
+        raise ValueError("/v1/models lists no model")
+    name = served_model if served_model in names else names[0]
+    status, body = _http(
+        "POST", base_url + "/v1/completions",
+        {"model": name, "prompt": "Hello", "max_tokens": 1, "temperature": 0.0}, timeout_s,
+    )
+    if status != 200:
+        raise ValueError(f"a 1-token completion answered {status}: {body[:200]!r}")
+    return name
+
+
+class ServerProcess:
+    """One engine server as a context manager; ``__exit__`` always stops its process group.
+
+    Args:
+        spec: the launch command and its environment additions.
+        log_path: where the server's stdout and stderr go.
+        startup_timeout_s: the most a start may take, a hang included.
+        classify: the engine's failure classifier.
+        popen: the process factory (injectable for tests).
+    """
+
+    def __init__(
+        self,
+        spec: LaunchSpec,
+        log_path: Path,
+        *,
+        startup_timeout_s: float = 300.0,
+        classify: Callable[[str, int | None], str] = lambda log, rc: "failed to start",
+        health_path: str = "/health",
+        popen: Callable[..., subprocess.Popen] = subprocess.Popen,
+        on_wait: Callable[[float], None] | None = None,
+    ) -> None:
+        self.spec = spec
+        self.log_path = log_path
+        self.startup_timeout_s = startup_timeout_s
+        self.classify = classify
+        self.health_path = health_path
+        self.popen = popen
+        self.on_wait = on_wait
+        self.proc: subprocess.Popen | None = None
+        self.port = int(spec.argv[spec.argv.index("--port") + 1])
+        self.base_url = normalize_base_url(f"http://{HOST}:{self.port}")
+        self.served_model: str | None = None
+        self.startup_s: float | None = None
+
+    def __enter__(self) -> ServerProcess:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        env = {**os.environ, **self.spec.env}
+        with open(self.log_path, "ab") as log:
+            log.write(f"$ {' '.join(self.spec.argv)}\n# env: {self.spec.env}\n".encode())
+            log.flush()
+            # start_new_session: the server and every child it spawns share a fresh process
+            # group that we own, so teardown never has to find processes by name.
+            self.proc = self.popen(
+                self.spec.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                env=env, start_new_session=True,
+            )
+
+    def wait_ready(self, served_model: str | None = None, poll_s: float = 1.0) -> float:
+        """Block until the server answers a real request; return the start-up time in seconds.
+
+        Raises:
+            EngineStartError: the process died (with the engine's classification of its log),
+                or it was not ready within the start-up timeout (a hang).
+        """
+        assert self.proc is not None, "start() first"
+        t0 = time.monotonic()
+        last = ""
+        while True:
+            waited = time.monotonic() - t0
+            rc = self.proc.poll()
+            if rc is not None:
+                log = tail(self.log_path)
+                raise EngineStartError(self.classify(log, rc), f"exit code {rc}")
+            if waited > self.startup_timeout_s:
+                raise EngineStartError(
+                    "start-up timeout",
+                    f"not ready after {self.startup_timeout_s:.0f} s (last check: {last})",
+                )
+            try:
+                status, _ = _http("GET", self.base_url + self.health_path, timeout_s=5.0)
+                if status == 200:
+                    self.served_model = check_ready(self.base_url, served_model)
+                    self.startup_s = time.monotonic() - t0
+                    return self.startup_s
+                last = f"{self.health_path} answered {status}"
+            except (OSError, ValueError, http.client.HTTPException) as exc:
+                last = f"{type(exc).__name__}: {exc}"
+            if self.on_wait:
+                self.on_wait(waited)
+            time.sleep(poll_s)
+
+    def stop(self, grace_s: float = 15.0) -> None:
+        """SIGTERM the process group, then SIGKILL what is left after ``grace_s``."""
+        proc, self.proc = self.proc, None
+        if proc is None:
+            return
+        try:
+            pgid = os.getpgid(proc.pid)
+        except ProcessLookupError:
+            pgid = None
+        if pgid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pgid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            pass
+        if pgid is not None:
+            # Children (the engine core) may outlive the leader: sweep the group regardless.
+            deadline = time.monotonic() + grace_s
+            while _group_alive(pgid) and time.monotonic() < deadline:
+                time.sleep(0.2)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pgid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=5)
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
