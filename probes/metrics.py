@@ -78,6 +78,7 @@ class LoadMetrics(BaseModel):
     n_failed: int
     error_rate: float
     duration_s: float
+    mean_in_flight: float  # achieved concurrency: sum of (t_end - t_send) / window
     mean_output_tokens: float | None
     n_out_source: str
     prompt_token_mismatches: int
@@ -141,6 +142,9 @@ def summarize(
         n_failed=len(failed),
         error_rate=(len(failed) / len(records)) if records else 0.0,
         duration_s=duration,
+        mean_in_flight=per_s(
+            sum(r.t_end - r.t_send for r in records if not math.isnan(r.t_send + r.t_end))
+        ),
         mean_output_tokens=(n_tokens / len(ok)) if ok else None,
         n_out_source=n_out_source if ok else "none",
         prompt_token_mismatches=mism,

@@ -78,8 +78,7 @@ class Knob(BaseModel):
             )
         if self.flag_false and self.type != "bool":
             raise ValueError(f"knob {self.name}: flag_false is for bool knobs only")
-        if self.default is not None:
-            self.validate_value(self.default)
+        # `default` is the engine's own value and may lie outside the searched range.
         return self
 
     def validate_value(self, value: Any) -> Any:

@@ -1,0 +1,84 @@
+"""Server-side metrics from a Prometheus text endpoint (vLLM's ``/metrics``).
+
+- Snapshots before and after a window give deltas of counters and histogram ``_sum``/``_count``
+  (e.g. ``vllm:request_prefill_time_seconds``, ``vllm:request_decode_time_seconds``).
+- A background sampler records the peak of gauges during the window (``vllm:kv_cache_usage_perc``,
+  ``vllm:num_requests_running``). It polls every ``interval_s`` from a thread, on its own
+  connection, so the load client's event loop is not disturbed.
+
+Tails of latency come from the client's samples, never from histogram buckets.
+"""
+
+from __future__ import annotations
+
+import http.client
+import threading
+from urllib.parse import urlsplit
+
+from prometheus_client.parser import text_string_to_metric_families
+
+Snapshot = dict[str, float]  # sample name (with _sum/_count/_total suffixes) -> summed value
+
+
+def fetch_snapshot(base_url: str, path: str = "/metrics", timeout_s: float = 5.0) -> Snapshot:
+    """One scrape, summed over label sets. Raises OSError/HTTPException when unreachable."""
+    u = urlsplit(base_url)
+    conn = http.client.HTTPConnection(u.hostname or "127.0.0.1", u.port or 80, timeout=timeout_s)
+    try:
+        conn.request("GET", path)
+        resp = conn.getresponse()
+        body = resp.read().decode("utf-8", "replace")
+        if resp.status != 200:
+            raise http.client.HTTPException(f"{path} answered {resp.status}")
+    finally:
+        conn.close()
+    return parse_snapshot(body)
+
+
+def parse_snapshot(text: str) -> Snapshot:
+    out: Snapshot = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            if s.name.endswith("_bucket"):
+                continue
+            out[s.name] = out.get(s.name, 0.0) + float(s.value)
+    return out
+
+
+def delta(before: Snapshot, after: Snapshot) -> Snapshot:
+    return {k: v - before.get(k, 0.0) for k, v in after.items()}
+
+
+class PeakSampler:
+    """Polls gauges in a thread and keeps their peaks; use as a context manager."""
+
+    def __init__(
+        self, base_url: str, gauges: tuple[str, ...], path: str = "/metrics",
+        interval_s: float = 2.0,
+    ) -> None:
+        self.base_url = base_url
+        self.gauges = gauges
+        self.path = path
+        self.interval_s = interval_s
+        self.peaks: dict[str, float] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="metrics-sampler", daemon=True)
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                snap = fetch_snapshot(self.base_url, self.path)
+            except (OSError, http.client.HTTPException, ValueError):
+                snap = {}
+            for g in self.gauges:
+                if g in snap:
+                    self.peaks[g] = max(self.peaks.get(g, float("-inf")), snap[g])
+            self._stop.wait(self.interval_s)
+
+    def __enter__(self) -> PeakSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)

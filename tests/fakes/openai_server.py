@@ -1,0 +1,322 @@
+"""A small OpenAI-compatible streaming server for tests (GuideLLM's mock server, in miniature).
+
+Routes: ``/health``, ``/v1/models``, ``/v1/completions``, ``/v1/chat/completions`` (streamed
+or not) and ``/metrics`` (a few ``vllm:*`` Prometheus lines). Knobs:
+
+- ``ttft_ms``: delay before the first content chunk; ``itl_ms``: delay between content chunks;
+- ``max_concurrent``: requests served at once (a semaphore; the rest wait, like a batch limit);
+- ``send_usage``: whether the usage chunk is sent when the client asks for it.
+
+A prompt that starts with ``FAIL`` is answered with HTTP 500. Prompt tokens are counted as
+whitespace-separated words, so tests can predict ``usage.prompt_tokens``; output tokens are
+``max_tokens`` chunks of one word each.
+
+In-process use (its own event loop in a background thread)::
+
+    with FakeOpenAIServer(ttft_ms=5, itl_ms=1) as srv:
+        srv.base_url, srv.stats.max_in_flight
+
+Script use (how ServerProcess starts an engine)::
+
+    python tests/fakes/openai_server.py --port P --ttft-ms 5 --itl-ms 1 [--fail-start]
+        [--spawn-child] [--child-ignores-sigterm] [any vLLM-style argument, ignored]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+DEFAULT_MODEL = "fake-model"
+FAIL_START_MESSAGE = (
+    "ValueError: Available memory on node 0 (6.37/7.84 GiB) on startup is less than desired "
+    "CPU memory utilization"
+)
+
+
+@dataclass
+class Stats:
+    """What the server saw; read from the test thread (plain ints and lists)."""
+
+    n_requests: int = 0
+    in_flight: int = 0
+    max_in_flight: int = 0
+    running: int = 0
+    max_running: int = 0
+    bodies: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _prompt_tokens(body: dict[str, Any], chat: bool) -> int:
+    if chat:
+        return sum(len(str(m.get("content", "")).split()) for m in body.get("messages", []))
+    return len(str(body.get("prompt", "")).split())
+
+
+def _first_text(body: dict[str, Any], chat: bool) -> str:
+    if chat:
+        msgs = body.get("messages") or [{}]
+        return str(msgs[-1].get("content", ""))
+    return str(body.get("prompt", ""))
+
+
+def _sse(obj: Any) -> bytes:
+    return b"data: " + json.dumps(obj).encode() + b"\n\n"
+
+
+def build_app(
+    *,
+    model: str = DEFAULT_MODEL,
+    ttft_ms: float = 5.0,
+    itl_ms: float = 1.0,
+    max_concurrent: int = 64,
+    send_usage: bool = True,
+    stats: Stats | None = None,
+) -> web.Application:
+    """The aiohttp application; ``stats`` is filled in as requests arrive."""
+    st = stats if stats is not None else Stats()
+    sem: asyncio.Semaphore | None = None
+
+    async def health(_: web.Request) -> web.Response:
+        return web.Response(text="")
+
+    async def models(_: web.Request) -> web.Response:
+        return web.json_response({"object": "list", "data": [{"id": model, "object": "model"}]})
+
+    async def metrics(_: web.Request) -> web.Response:
+        text = (
+            "# HELP vllm:num_requests_running Requests running.\n"
+            "# TYPE vllm:num_requests_running gauge\n"
+            f'vllm:num_requests_running{{model_name="{model}"}} {st.running}\n'
+            "# HELP vllm:kv_cache_usage_perc KV cache usage.\n"
+            "# TYPE vllm:kv_cache_usage_perc gauge\n"
+            f'vllm:kv_cache_usage_perc{{model_name="{model}"}} 0.25\n'
+            "# HELP vllm:request_prefill_time_seconds Prefill time.\n"
+            "# TYPE vllm:request_prefill_time_seconds histogram\n"
+            f'vllm:request_prefill_time_seconds_sum{{model_name="{model}"}} '
+            f"{st.n_requests * ttft_ms / 1000.0}\n"
+            f'vllm:request_prefill_time_seconds_count{{model_name="{model}"}} {st.n_requests}\n'
+        )
+        return web.Response(text=text, content_type="text/plain")
+
+    async def generate(request: web.Request, chat: bool) -> web.StreamResponse:
+        nonlocal sem
+        if sem is None:  # created on the server's own loop
+            sem = asyncio.Semaphore(max_concurrent)
+        body = await request.json()
+        st.n_requests += 1
+        st.bodies.append(body)
+        st.in_flight += 1
+        st.max_in_flight = max(st.max_in_flight, st.in_flight)
+        try:
+            if _first_text(body, chat).startswith("FAIL"):
+                return web.json_response(
+                    {"error": {"message": "injected failure", "type": "InternalServerError"}},
+                    status=500,
+                )
+            async with sem:
+                st.running += 1
+                st.max_running = max(st.max_running, st.running)
+                try:
+                    return await _answer(request, body, chat)
+                finally:
+                    st.running -= 1
+        finally:
+            st.in_flight -= 1
+
+    async def _answer(request: web.Request, body: dict[str, Any], chat: bool) -> web.StreamResponse:
+        n_out = int(body.get("max_tokens") or 16)
+        n_prompt = _prompt_tokens(body, chat)
+        usage = {
+            "prompt_tokens": n_prompt,
+            "completion_tokens": n_out,
+            "total_tokens": n_prompt + n_out,
+        }
+        obj = "chat.completion" if chat else "text_completion"
+        if not body.get("stream"):
+            await asyncio.sleep(ttft_ms / 1000.0 + itl_ms / 1000.0 * max(0, n_out - 1))
+            text = " ".join(f"tok{i}" for i in range(n_out))
+            choice: dict[str, Any] = (
+                {"index": 0, "message": {"role": "assistant", "content": text}}
+                if chat
+                else {"index": 0, "text": text}
+            )
+            choice["finish_reason"] = "length"
+            return web.json_response(
+                {
+                    "id": "cmpl-fake",
+                    "object": obj,
+                    "model": model,
+                    "choices": [choice],
+                    "usage": usage,
+                }
+            )
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+
+        def chunk(content: str | None, role: bool = False, finish: str | None = None) -> bytes:
+            if chat:
+                delta: dict[str, Any] = {"role": "assistant"} if role else {}
+                if content is not None:
+                    delta["content"] = content
+                c: dict[str, Any] = {"index": 0, "delta": delta, "finish_reason": finish}
+            else:
+                c = {"index": 0, "text": content or "", "finish_reason": finish}
+            return _sse({"id": "cmpl-fake", "object": obj, "model": model, "choices": [c]})
+
+        if chat:
+            await resp.write(chunk(None, role=True))  # role-only: not content
+        await asyncio.sleep(ttft_ms / 1000.0)
+        for i in range(n_out):
+            if i:
+                await asyncio.sleep(itl_ms / 1000.0)
+            await resp.write(chunk(f"tok{i} "))
+        await resp.write(chunk("", finish="length"))  # empty text: not content
+        if send_usage and (body.get("stream_options") or {}).get("include_usage"):
+            await resp.write(
+                _sse(
+                    {
+                        "id": "cmpl-fake",
+                        "object": obj,
+                        "model": model,
+                        "choices": [],
+                        "usage": usage,
+                    }
+                )
+            )
+        await resp.write(b"data: [DONE]\n\n")
+        await resp.write_eof()
+        return resp
+
+    async def completions(request: web.Request) -> web.StreamResponse:
+        return await generate(request, chat=False)
+
+    async def chat_completions(request: web.Request) -> web.StreamResponse:
+        return await generate(request, chat=True)
+
+    app = web.Application()
+    app.router.add_get("/health", health)
+    app.router.add_get("/v1/models", models)
+    app.router.add_get("/metrics", metrics)
+    app.router.add_post("/v1/completions", completions)
+    app.router.add_post("/v1/chat/completions", chat_completions)
+    return app
+
+
+class FakeOpenAIServer:
+    """The fake server on a free port of 127.0.0.1, in a background thread with its own loop."""
+
+    def __init__(self, **knobs: Any) -> None:
+        self.stats = Stats()
+        self.knobs = knobs
+        self.port: int | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._runner: web.AppRunner | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> FakeOpenAIServer:
+        ready = threading.Event()
+        errors: list[BaseException] = []
+
+        def serve() -> None:
+            loop = asyncio.new_event_loop()
+            self._loop = loop
+            asyncio.set_event_loop(loop)
+            try:
+                # A short shutdown: requests still streaming when a test ends are cut off.
+                runner = web.AppRunner(
+                    build_app(stats=self.stats, **self.knobs), shutdown_timeout=0.1
+                )
+                loop.run_until_complete(runner.setup())
+                site = web.TCPSite(runner, "127.0.0.1", 0)
+                loop.run_until_complete(site.start())
+                self._runner = runner
+                self.port = runner.addresses[0][1]
+            except BaseException as exc:
+                errors.append(exc)
+                ready.set()
+                loop.close()
+                return
+            ready.set()
+            loop.run_forever()
+            loop.run_until_complete(runner.cleanup())
+            loop.close()
+
+        self._thread = threading.Thread(target=serve, name="fake-openai-server", daemon=True)
+        self._thread.start()
+        if not ready.wait(timeout=10):
+            raise RuntimeError("fake server did not start within 10 s")
+        if errors:
+            raise errors[0]
+        return self
+
+    def stop(self) -> None:
+        if self._loop is not None and self._thread is not None:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(timeout=10)
+        self._loop = None
+        self._thread = None
+
+    def __enter__(self) -> FakeOpenAIServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def _spawn_child(ignore_sigterm: bool) -> subprocess.Popen:
+    """A long sleeper in the same process group, like vLLM's engine-core process."""
+    code = "import signal, time\n"
+    if ignore_sigterm:
+        code += "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+    code += "time.sleep(60)\n"
+    return subprocess.Popen([sys.executable, "-c", code])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, allow_abbrev=False)
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--model", default=DEFAULT_MODEL)
+    parser.add_argument("--ttft-ms", type=float, default=5.0)
+    parser.add_argument("--itl-ms", type=float, default=1.0)
+    parser.add_argument("--max-concurrent", type=int, default=64)
+    parser.add_argument("--fail-start", action="store_true", help="print an error, exit 1")
+    parser.add_argument("--spawn-child", action="store_true", help="start a sleeping child")
+    parser.add_argument("--child-ignores-sigterm", action="store_true")
+    args, _unknown = parser.parse_known_args(argv)  # vLLM-style arguments are ignored
+
+    if args.spawn_child:
+        child = _spawn_child(args.child_ignores_sigterm)
+        print(f"spawned child pid {child.pid}", flush=True)
+    if args.fail_start:
+        time.sleep(0.5)
+        print(FAIL_START_MESSAGE, file=sys.stderr, flush=True)
+        return 1
+    app = build_app(
+        model=args.model,
+        ttft_ms=args.ttft_ms,
+        itl_ms=args.itl_ms,
+        max_concurrent=args.max_concurrent,
+    )
+    # No signal handlers of its own: SIGTERM ends it at once, as the default action does.
+    web.run_app(
+        app, host="127.0.0.1", port=args.port, print=None, access_log=None, handle_signals=False
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,146 @@
+"""A short real tuning on vLLM (CPU) with the embedded default model.
+
+Kept small for CI: an eager-only space (tests/data/vllm-cpu-ci.yaml), one trial after the
+baseline, a lenient SLO and few requests per point. It checks the whole loop and the report's
+shape, the launch command, and that no engine process outlives the run; it asserts no times.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from probes.slo import parse_slos
+from probes.workload import parse_workload
+from tuner import api
+
+pytestmark = pytest.mark.integration
+ROOT = Path(__file__).resolve().parents[2]
+CI_SPACE = ROOT / "tests" / "data" / "vllm-cpu-ci.yaml"
+
+
+def _engine_processes() -> list[psutil.Process]:
+    me = os.getpid()
+    out = []
+    for p in psutil.process_iter(["pid", "cmdline"]):
+        cmd = " ".join(p.info["cmdline"] or [])
+        if p.info["pid"] != me and "vllm.entrypoints.openai.api_server" in cmd:
+            out.append(p)
+    return out
+
+
+@pytest.mark.timeout(900)
+def test_short_tuning_run(tmp_path: Path) -> None:
+    before = {p.pid for p in _engine_processes()}
+    report, folder = api.tune(
+        model="smollm2-135m",
+        slos=parse_slos(["ttft=20s"]),
+        workload=parse_workload("synthetic:input=64,output=16"),
+        trials=1,
+        output_dir=tmp_path,
+        space_file=CI_SPACE,
+        start_concurrency=4,
+        max_concurrency=8,
+        search_min_requests=12,
+        search_requests_per_slot=2,
+        confirm_requests=24,
+        startup_timeout_s=400,
+    )
+    data = json.loads((folder / "report.json").read_text())
+    assert (folder / "report.md").is_file()
+    assert (folder / "optuna.journal").is_file()
+    assert data["status"] == "complete"
+    assert data["schema_version"] == 1
+    assert data["engine_version"].startswith("vllm")
+    assert data["workload"] == {
+        "kind": "synthetic",
+        "input_len": 64,
+        "output_len": 16,
+        "spec": "synthetic:input=64,output=16",
+    }
+    assert data["slo"] == [{"metric": "ttft", "percentile": 99, "limit_ms": 20000.0}]
+    base = data["baseline"]
+    assert base["status"] == "ok", base
+    assert base["points"], "the baseline measured no load point"
+    assert len(data["trials"]) == 1
+    for t in [base, *data["trials"]]:
+        assert t["status"] in ("ok", "infeasible", "failed", "abandoned")
+        for p in t["points"]:
+            recs = Path(p["records_file"]).read_text().splitlines()
+            assert len(recs) == p["metrics"]["n_requests"]
+            first = json.loads(recs[0])
+            assert first["n_prompt"] == 64 == first["n_prompt_expected"]
+    rec = data["recommended"]
+    assert rec is not None
+    assert rec["load"]["concurrency"] >= 1
+    m = rec["metrics"]
+    for key in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms"):
+        assert set(m[key]) >= {"mean", "p50", "p90", "p95", "p99"}
+    assert m["output_tokens_per_s"] > 0
+    assert m["n_out_source"] == "usage"
+    assert m["n_failed"] == 0
+    assert m["mean_output_tokens"] == 16  # ignore_eos held the length
+    assert rec["n_requests"] == m["n_requests"] >= 24
+    # Fewer requests than p99 needs: the verdict must say provisional, not meets_slo.
+    assert rec["provisional"] is True and rec["meets_slo"] is False
+    argv = rec["launch_command"]
+    assert Path(argv[0]).is_absolute() and "--port" in argv
+    assert argv[argv.index("--model") + 1].startswith("/")
+    assert all(isinstance(v, str) for v in rec["env"].values())
+    assert data["timing"]["engine_starts"] == 3  # baseline, one trial, the confirmation
+    assert [s["name"] for s in data["stages"]] == ["batching"]
+    assert report.recommended is not None
+    leftover = [p for p in _engine_processes() if p.pid not in before]
+    assert not leftover, f"engine processes left running: {[p.pid for p in leftover]}"
+
+
+@pytest.mark.timeout(300)
+def test_ctrl_c_during_startup_leaves_no_engine(tmp_path: Path) -> None:
+    before = {p.pid for p in _engine_processes()}
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tuner.cli",
+            "--model",
+            "smollm2-135m",
+            "--slo",
+            "ttft=20s",
+            "--trials",
+            "1",
+            "--output",
+            str(tmp_path),
+            "--search-space",
+            str(CI_SPACE),
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:  # wait until the engine is being started
+        if [p for p in _engine_processes() if p.pid not in before]:
+            break
+        time.sleep(0.5)
+    else:
+        proc.kill()
+        pytest.fail("the engine never started")
+    time.sleep(3)
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 130, out
+    time.sleep(1)
+    leftover = [p for p in _engine_processes() if p.pid not in before]
+    assert not leftover, f"engine processes left running after Ctrl-C: {leftover}\n{out}"
+    reports = list(tmp_path.glob("*/report.json"))
+    assert len(reports) == 1, out
+    assert json.loads(reports[0].read_text())["status"] == "interrupted"

@@ -1,0 +1,245 @@
+"""tuner.capacity.find_capacity against fake systems whose capacity is known in advance."""
+
+from __future__ import annotations
+
+import itertools
+import random
+from collections.abc import Callable
+
+import pytest
+
+from tuner.capacity import PointOutcome, find_capacity
+
+
+class System:
+    """A fake engine under load: the worst margin grows with concurrency, tokens/s by f(c).
+
+    The SLO holds iff c <= capacity (the margin crosses zero there). Every measurement is
+    logged, so a test can see what the search tried.
+    """
+
+    def __init__(
+        self,
+        capacity: float,
+        tokens_per_s: Callable[[int], float] = lambda c: 10.0 * c,
+        exponent: float = 1.5,
+    ) -> None:
+        self.capacity = capacity
+        self.tokens_per_s = tokens_per_s
+        self.exponent = exponent
+        self.measured: list[int] = []
+
+    def __call__(self, c: int) -> PointOutcome:
+        self.measured.append(c)
+        m = (c / self.capacity) ** self.exponent - 1.0
+        return PointOutcome(
+            c, holds=m <= 0, worst_margin=m, output_tokens_per_s=self.tokens_per_s(c)
+        )
+
+
+def assert_found(
+    system: System, best: PointOutcome | None, points: list[PointOutcome], resolution: float
+) -> None:
+    """best is the highest held point, and the lowest failed point above it is within resolution."""
+    assert best is not None
+    assert best.holds
+    assert best.concurrency <= system.capacity
+    assert best.concurrency == max(p.concurrency for p in points if p.holds)
+    above = [p.concurrency for p in points if not p.holds and p.concurrency > best.concurrency]
+    assert above, "the capacity was never bracketed from above"
+    hi = min(above)
+    assert hi > system.capacity
+    assert hi <= best.concurrency * resolution or hi - best.concurrency <= 1
+
+
+def test_finds_a_known_capacity_within_the_resolution() -> None:
+    system = System(capacity=37, exponent=1.0)
+    res = find_capacity(system, start=8)
+    assert res.best is not None
+    assert_found(system, res.best, res.points, resolution=1.15)
+    assert res.best.concurrency == 37  # a linear margin is interpolated exactly
+    assert res.score == pytest.approx(370.0)
+    assert res.abandoned is None
+    assert len(res.points) <= 7
+
+
+@pytest.mark.parametrize(
+    ("capacity", "start"),
+    list(itertools.product([1, 2, 5, 17, 37, 100, 250], [1, 8, 64])),
+)
+def test_finds_the_capacity_from_any_start(capacity: int, start: int) -> None:
+    system = System(capacity=capacity + 0.5)  # between two integers: no ties at the limit
+    res = find_capacity(system, start=start, max_points=14)
+    if capacity == 1 and start == 1:
+        # held at 1 then failed at 2: bracketed with nothing in between
+        assert [p.concurrency for p in res.points] == [1, 2]
+    assert_found(system, res.best, res.points, resolution=1.15)
+
+
+@pytest.mark.parametrize("resolution", [1.05, 1.15, 1.5])
+def test_resolution_decides_when_refining_stops(resolution: float) -> None:
+    system = System(capacity=200.5, exponent=3.0)
+    res = find_capacity(system, start=16, resolution=resolution, max_points=20)
+    assert_found(system, res.best, res.points, resolution=resolution)
+
+
+def test_everything_fails_ends_at_concurrency_one_with_no_best() -> None:
+    def never(c: int) -> PointOutcome:
+        return PointOutcome(c, holds=False, worst_margin=2.0, output_tokens_per_s=5.0 * c)
+
+    res = find_capacity(never, start=16)
+    assert [p.concurrency for p in res.points] == [16, 8, 4, 2, 1]
+    assert res.best is None
+    assert res.score == 0.0
+
+
+def test_fails_at_one_measures_only_one_point() -> None:
+    system = System(capacity=0.5)
+    res = find_capacity(system, start=1)
+    assert system.measured == [1]
+    assert res.best is None
+
+
+def test_descends_from_a_failing_start() -> None:
+    system = System(capacity=10.5)
+    res = find_capacity(system, start=64, max_points=12)
+    assert system.measured[:4] == [64, 32, 16, 8]
+    assert_found(system, res.best, res.points, resolution=1.15)
+
+
+def test_saturation_stops_climbing() -> None:
+    # Throughput stops growing past 16 while the SLOs keep holding.
+    system = System(capacity=10_000, tokens_per_s=lambda c: 10.0 * min(c, 16))
+    res = find_capacity(system, start=4, max_points=10)
+    assert system.measured == [4, 8, 16, 32]
+    assert res.best is not None
+    assert res.best.output_tokens_per_s == pytest.approx(160.0)
+
+
+def test_growth_above_the_saturation_gain_keeps_climbing() -> None:
+    # +5 % per step is growth (gain 1.03): the climb goes on up to max_concurrency.
+    system = System(capacity=10_000, tokens_per_s=lambda c: 100.0 * 1.05 ** c.bit_length())
+    res = find_capacity(system, start=1, max_concurrency=64, max_points=20)
+    assert system.measured == [1, 2, 4, 8, 16, 32, 64]
+    assert res.best is not None and res.best.concurrency == 64
+
+
+def test_max_concurrency_caps_the_climb_and_the_start() -> None:
+    system = System(capacity=10_000)
+    res = find_capacity(system, start=1000, max_concurrency=48)
+    assert system.measured == [48]
+    assert res.best is not None and res.best.concurrency == 48
+
+
+def test_start_below_one_is_one() -> None:
+    system = System(capacity=0.5)
+    find_capacity(system, start=0)
+    assert system.measured == [1]
+
+
+def test_climbs_less_than_double_when_the_limit_is_near() -> None:
+    # margin -0.1 at 32: latency would hit the limit near 35, so the next step is +25 %, not x2
+    def near(c: int) -> PointOutcome:
+        m = c / 35.5 - 1.0 if c != 32 else -0.1
+        return PointOutcome(c, holds=m <= 0, worst_margin=m, output_tokens_per_s=float(c))
+
+    res = find_capacity(near, start=32)
+    assert res.points[1].concurrency == 40
+
+
+def test_refines_where_the_margin_crosses_zero() -> None:
+    margins = {10: -0.5, 20: 0.5}
+
+    def measure(c: int) -> PointOutcome:
+        m = margins.get(c, (c - 15) / 10)
+        return PointOutcome(c, holds=m <= 0, worst_margin=m, output_tokens_per_s=float(c))
+
+    res = find_capacity(measure, start=10, growth=2.0)
+    assert [p.concurrency for p in res.points][:3] == [10, 20, 15]
+
+
+def test_abandon_stops_after_the_first_point() -> None:
+    system = System(capacity=100.5)
+    seen: list[PointOutcome] = []
+
+    def abandon(p: PointOutcome) -> str | None:
+        seen.append(p)
+        return "clearly beaten: 40 tokens/s against 900"
+
+    res = find_capacity(system, start=4, abandon=abandon)
+    assert system.measured == [4]
+    assert [p.concurrency for p in seen] == [4]
+    assert res.abandoned == "clearly beaten: 40 tokens/s against 900"
+    assert res.best is not None and res.best.concurrency == 4  # it held
+
+
+def test_abandoned_failing_point_is_no_best() -> None:
+    system = System(capacity=2.5)
+    res = find_capacity(system, start=8, abandon=lambda p: "beaten")
+    assert res.best is None
+    assert res.abandoned == "beaten"
+
+
+def test_abandon_returning_none_lets_the_search_go_on() -> None:
+    system = System(capacity=37.5)
+    calls: list[int] = []
+
+    def abandon(p: PointOutcome) -> str | None:
+        calls.append(p.concurrency)
+        return None
+
+    res = find_capacity(system, start=8, abandon=abandon, max_points=12)
+    assert calls == [8]  # consulted after the first point only
+    assert res.abandoned is None
+    assert_found(system, res.best, res.points, resolution=1.15)
+
+
+@pytest.mark.parametrize("max_points", [1, 2, 3, 4, 5, 7, 9])
+def test_max_points_is_respected(max_points: int) -> None:
+    system = System(capacity=400.5)  # from 1 it needs about ten points
+    res = find_capacity(system, start=1, max_points=max_points)
+    assert len(system.measured) == len(res.points) == max_points
+
+
+def noisy_system(seed: int) -> Callable[[int], PointOutcome]:
+    """Not monotone at all: each concurrency holds or fails at random, margins random."""
+    rng = random.Random(seed)
+    cache: dict[int, PointOutcome] = {}
+
+    def measure(c: int) -> PointOutcome:
+        if c not in cache:
+            m = rng.uniform(-1.0, 1.0) if rng.random() < 0.9 else float("inf")
+            cache[c] = PointOutcome(
+                c, holds=m <= 0, worst_margin=m, output_tokens_per_s=rng.uniform(1.0, 1000.0)
+            )
+        return cache[c]
+
+    return measure
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_never_measures_the_same_concurrency_twice(seed: int) -> None:
+    rng = random.Random(1000 + seed)
+    measured: list[int] = []
+    inner = noisy_system(seed) if seed % 2 else System(capacity=rng.uniform(0.5, 600))
+    max_c = rng.choice([8, 64, 512])
+
+    def measure(c: int) -> PointOutcome:
+        assert c not in measured, f"measured {c} twice: {measured}"
+        assert 1 <= c <= max_c
+        measured.append(c)
+        return inner(c)
+
+    res = find_capacity(
+        measure,
+        start=rng.randint(0, 700),
+        max_concurrency=max_c,
+        resolution=rng.choice([1.05, 1.15, 1.5]),
+        max_points=rng.randint(1, 15),
+    )
+    held = [p for p in res.points if p.holds]
+    if held:
+        assert res.best is not None
+        assert res.best.concurrency == max(p.concurrency for p in held)
+    else:
+        assert res.best is None

@@ -1,0 +1,105 @@
+"""tuner.cli: --help, and every bad input refused with one clear line and exit code 2.
+
+Only refusals are run here: each case fails validation before anything starts.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from tuner.cli import app, parse_duration
+
+runner = CliRunner()
+
+
+def test_help() -> None:
+    result = runner.invoke(app, ["--help"])
+    assert result.exit_code == 0, result.output
+    assert "--slo" in result.output
+    assert "--trials" in result.output
+    assert "--workload" in result.output
+    assert "--model" in result.output
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--slo", "ttft=fast"], "SLO 'ttft=fast' is malformed"),
+        (["--slo", "ttft@p42=1s"], "p42 is not supported"),
+        (["--slo", "ttfb=1s"], "metric 'ttfb' is unknown"),
+        (["--slo", "ttft=1s", "--slo", "ttft=2s"], "given twice"),
+        (["--slo", "quality=1%"], "give at least one latency SLO"),
+        (["--workload", "synthetic:input=abc,output=8"], "bad part 'input=abc'"),
+        (["--workload", "no/such/file.jsonl"], "nor an existing file"),
+        (["--engine", "vlm"], "engine 'vlm' is unknown; known: vllm"),
+        (["--trials", "-1"], "--trials must be >= 0, got -1"),
+        (["--time-budget", "15x"], "duration '15x' is malformed"),
+        (["--time-budget", "soon"], "duration 'soon' is malformed"),
+        (["--startup-timeout", "5 minutes"], "is malformed"),
+        (["--max-error-rate", "1.5"], "--max-error-rate must be in [0, 1)"),
+        (["--max-error-rate", "-0.1"], "--max-error-rate must be in [0, 1)"),
+        (["--search-space", "no/such/space.yaml"], "--search-space no/such/space.yaml does not"),
+    ],
+)
+def test_bad_input_is_one_clear_line_and_exit_2(args: list[str], needle: str) -> None:
+    result = runner.invoke(app, ["--model", "smollm2-135m", *args])
+    assert result.exit_code == 2, result.output
+    assert "autotune: error:" in result.output
+    assert needle in result.output
+    assert "Traceback" not in result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+
+
+def test_missing_model_is_exit_2() -> None:
+    result = runner.invoke(app, ["--slo", "ttft=1s"])
+    assert result.exit_code == 2
+    assert "autotune: error: --model is required" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_the_error_goes_to_stderr() -> None:
+    result = runner.invoke(app, ["--model", "m", "--trials", "-3"])
+    assert result.exit_code == 2
+    assert "autotune: error:" in result.stderr
+    assert "autotune: error:" not in result.stdout
+
+
+def test_a_bad_option_type_is_a_usage_error() -> None:
+    result = runner.invoke(app, ["--model", "m", "--trials", "many"])
+    assert result.exit_code == 2
+    assert "Traceback" not in result.output
+
+
+def test_the_workload_file_is_checked_before_anything_starts(tmp_path: Path) -> None:
+    f = tmp_path / "w.jsonl"
+    f.write_text('{"prompt": "hi"}\n{"nope": 1}\n')
+    result = runner.invoke(app, ["--model", "m", "--workload", str(f)])
+    assert result.exit_code == 2
+    assert f"{f}:2:" in result.output
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        ("90s", 90.0),
+        ("15m", 900.0),
+        ("1h30m", 5400.0),
+        ("1h30m15s", 5415.0),
+        ("1.5h", 5400.0),
+        ("2.5m", 150.0),
+        ("120", 120.0),
+        ("2.5", 2.5),
+        (" 15M ", 900.0),
+    ],
+)
+def test_parse_duration(text: str, seconds: float) -> None:
+    assert parse_duration(text) == pytest.approx(seconds)
+
+
+@pytest.mark.parametrize("text", ["", "m", "15x", "1h 30m", "-5s", "ten minutes", "1h30", "s15"])
+def test_parse_duration_rejects_malformed(text: str) -> None:
+    with pytest.raises(ValueError, match="malformed; forms: 90s, 15m, 1h30m"):
+        parse_duration(text)

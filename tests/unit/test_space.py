@@ -1,0 +1,276 @@
+"""tuner.space: the shipped search spaces load, render and adapt; broken files are refused."""
+
+from __future__ import annotations
+
+import copy
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tuner.space import STAGE_ORDER, Emit, SearchSpace, SpaceError, load_space, space_path
+
+SPACES = Path(__file__).resolve().parents[2] / "search_spaces"
+CPU = SPACES / "vllm-cpu.yaml"
+CUDA = SPACES / "vllm-cuda.yaml"
+CTX: dict[str, Any] = {"cpu_list": "0,1", "last_cpu": 1, "n_cpus": 2, "n_gpus": 0}
+
+
+@pytest.fixture(scope="module")
+def cpu() -> SearchSpace:
+    return load_space(CPU)
+
+
+@pytest.fixture(scope="module")
+def cuda() -> SearchSpace:
+    return load_space(CUDA)
+
+
+# ---------------------------------------------------------------------------- shipped files
+
+
+def test_space_path_finds_the_shipped_files() -> None:
+    assert space_path("vllm", "cpu").resolve() == CPU.resolve()
+    assert space_path("vllm", "cuda").resolve() == CUDA.resolve()
+
+
+@pytest.mark.parametrize("path", [CPU, CUDA], ids=["cpu", "cuda"])
+def test_shipped_spaces_are_valid(path: Path) -> None:
+    space = load_space(path)
+    assert space.engine == "vllm"
+    assert space.device == path.stem.split("-")[1]
+    names = [s.name for s in space.stages]
+    assert names == sorted(names, key=STAGE_ORDER.index)
+    assert space.stage("batching") is not None
+    assert space.knobs(), "a space with no knob tunes nothing"
+
+
+def test_cpu_baseline_fixes_the_kv_cache(cpu: SearchSpace) -> None:
+    assert cpu.baseline.env == {"VLLM_CPU_KVCACHE_SPACE": "4"}
+    assert cpu.baseline.reason
+
+
+def test_render_int_flags(cpu: SearchSpace) -> None:
+    e = cpu.render({"max_num_seqs": 64, "max_num_batched_tokens": 4096}, CTX)
+    assert e.args == ["--max-num-seqs", "64", "--max-num-batched-tokens", "4096"]
+    assert e.env == {}
+
+
+def test_render_a_whole_float_as_an_int(cpu: SearchSpace) -> None:
+    assert cpu.render({"max_num_seqs": 64.0}, CTX).args == ["--max-num-seqs", "64"]
+
+
+def test_render_bool_flag_and_flag_false(cpu: SearchSpace) -> None:
+    assert cpu.render({"enable_chunked_prefill": True}, CTX).args == ["--enable-chunked-prefill"]
+    assert cpu.render({"enable_chunked_prefill": False}, CTX).args == [
+        "--no-enable-chunked-prefill"
+    ]
+    assert cpu.render({"enforce_eager": True}, CTX).args == ["--enforce-eager"]
+    assert cpu.render({"enforce_eager": False}, CTX).args == []
+    assert cpu.render({"uvicorn_access_log": True}, CTX).args == []
+    assert cpu.render({"uvicorn_access_log": False}, CTX).args == ["--disable-uvicorn-access-log"]
+
+
+def test_render_env_knob(cpu: SearchSpace) -> None:
+    e = cpu.render({"kv_cache_space_gib": 6}, CTX)
+    assert e == Emit(args=[], env={"VLLM_CPU_KVCACHE_SPACE": "6"})
+
+
+def test_render_categorical_options_with_templates(cpu: SearchSpace) -> None:
+    e = cpu.render({"cpu_binding": "all_cores"}, {**CTX, "cpu_list": "0,1,2,3"})
+    assert e.args == []
+    assert e.env == {"VLLM_CPU_OMP_THREADS_BIND": "0,1,2,3", "VLLM_CPU_NUM_OF_RESERVED_CPU": "0"}
+    assert cpu.render({"cpu_binding": "auto"}, CTX).env == {"VLLM_CPU_OMP_THREADS_BIND": "auto"}
+
+
+def test_render_the_cpu_candidate(cpu: SearchSpace) -> None:
+    stage = cpu.stage("batching")
+    assert stage is not None and stage.candidates
+    e = cpu.render(stage.candidates[0], CTX)
+    assert "--max-num-seqs" in e.args
+    assert "--disable-uvicorn-access-log" in e.args
+    assert e.env["VLLM_CPU_OMP_THREADS_BIND"] == "0,1"
+    assert e.env["VLLM_CPU_KVCACHE_SPACE"] == "4"
+
+
+def test_render_cuda_float_and_categorical_flags(cuda: SearchSpace) -> None:
+    e = cuda.render({"gpu_memory_utilization": 0.85, "tensor_parallel_size": 2}, CTX)
+    assert e.args == ["--gpu-memory-utilization", "0.85", "--tensor-parallel-size", "2"]
+
+
+@pytest.mark.parametrize(
+    ("params", "needle"),
+    [
+        ({"max_num_seq": 64}, "parameter 'max_num_seq' is unknown; known: max_num_seqs"),
+        ({"max_num_seqs": 8}, "outside [16, 512]"),
+        ({"max_num_seqs": 64.5}, "not a whole number"),
+        ({"max_num_seqs": "64"}, "not a number"),
+        ({"max_num_seqs": True}, "not a number"),
+        ({"enforce_eager": "yes"}, "not true/false"),
+        ({"cpu_binding": "numa"}, "not one of"),
+    ],
+)
+def test_render_rejects_bad_parameters(
+    cpu: SearchSpace, params: dict[str, Any], needle: str
+) -> None:
+    with pytest.raises(SpaceError) as exc:
+        cpu.render(params, CTX)
+    assert needle in str(exc.value)
+
+
+@pytest.mark.parametrize("n_gpus", [0, 1])
+def test_for_machine_drops_tensor_parallelism_below_two_gpus(
+    cuda: SearchSpace, n_gpus: int
+) -> None:
+    space = cuda.for_machine(n_gpus)
+    assert "tensor_parallel_size" not in space.knobs()
+    assert "gpu_memory_utilization" in space.knobs()
+    with pytest.raises(SpaceError, match="'tensor_parallel_size' is unknown"):
+        space.render({"tensor_parallel_size": 2}, CTX)
+
+
+@pytest.mark.parametrize("n_gpus", [2, 8])
+def test_for_machine_keeps_tensor_parallelism_with_two_gpus_or_more(
+    cuda: SearchSpace, n_gpus: int
+) -> None:
+    assert "tensor_parallel_size" in cuda.for_machine(n_gpus).knobs()
+
+
+def test_for_machine_leaves_the_original_alone(cuda: SearchSpace) -> None:
+    cuda.for_machine(0)
+    assert "tensor_parallel_size" in cuda.knobs()
+
+
+# ---------------------------------------------------------------------------- broken files
+
+
+def minimal() -> dict[str, Any]:
+    return {
+        "engine": "vllm",
+        "device": "cpu",
+        "stages": [
+            {
+                "name": "batching",
+                "knobs": [
+                    {
+                        "name": "max_num_seqs",
+                        "type": "int",
+                        "low": 16,
+                        "high": 512,
+                        "flag": "--max-num-seqs",
+                    },
+                    {"name": "eager", "type": "bool", "flag": "--enforce-eager"},
+                ],
+                "candidates": [{"max_num_seqs": 64, "eager": False}],
+            }
+        ],
+    }
+
+
+def write(tmp_path: Path, data: Any) -> Path:
+    path = tmp_path / "space.yaml"
+    path.write_text(yaml.safe_dump(data) if not isinstance(data, str) else data)
+    return path
+
+
+def test_the_minimal_space_is_valid(tmp_path: Path) -> None:
+    space = load_space(write(tmp_path, minimal()))
+    assert list(space.knobs()) == ["max_num_seqs", "eager"]
+
+
+def broken(edit: str) -> dict[str, Any]:
+    data = copy.deepcopy(minimal())
+    stage = data["stages"][0]
+    knob = stage["knobs"][0]
+    if edit == "low>high":
+        knob["low"], knob["high"] = 512, 16
+    elif edit == "unknown candidate knob":
+        stage["candidates"] = [{"max_num_seqz": 64}]
+    elif edit == "out-of-range candidate":
+        stage["candidates"] = [{"max_num_seqs": 4096}]
+    elif edit == "stages out of order":
+        data["stages"] = [
+            {"name": "speculative", "knobs": []},
+            {"name": "batching", "knobs": stage["knobs"]},
+        ]
+    elif edit == "stage twice":
+        data["stages"] = [stage, {"name": "batching", "knobs": []}]
+    elif edit == "duplicate knob":
+        data["stages"].append({"name": "quantisation", "knobs": [dict(knob)]})
+    elif edit == "no rendering":
+        del knob["flag"]
+    elif edit == "unknown field":
+        knob["flagg"] = "--x"
+    elif edit == "unknown stage":
+        stage["name"] = "pruning"
+    elif edit == "categorical without choices":
+        stage["knobs"].append({"name": "mode", "type": "categorical", "flag": "--mode"})
+    elif edit == "flag_false on an int":
+        knob["flag_false"] = "--no-max"
+    elif edit == "log range from zero":
+        knob.update(low=0, log=True)
+    elif edit == "choices and options disagree":
+        stage["knobs"].append(
+            {
+                "name": "mode",
+                "type": "categorical",
+                "choices": ["a", "b"],
+                "options": {"a": {"args": ["--a"]}, "c": {"args": ["--c"]}},
+            }
+        )
+    return data
+
+
+@pytest.mark.parametrize(
+    ("edit", "needle"),
+    [
+        ("low>high", "knob max_num_seqs: needs low <= high"),
+        ("unknown candidate knob", "knob 'max_num_seqz' is unknown; known: max_num_seqs, eager"),
+        ("out-of-range candidate", "max_num_seqs: 4096 is outside [16, 512]"),
+        ("stages out of order", "stages must be unique and in the order batching, quantisation"),
+        ("stage twice", "stages must be unique"),
+        ("duplicate knob", "knob max_num_seqs appears twice"),
+        ("no rendering", "say how it is rendered"),
+        ("unknown field", "flagg"),
+        ("unknown stage", "pruning"),
+        ("categorical without choices", "a categorical needs choices"),
+        ("flag_false on an int", "flag_false is for bool knobs only"),
+        ("log range from zero", "a log range needs low > 0"),
+        ("choices and options disagree", "choices and options disagree"),
+    ],
+)
+def test_invalid_space_is_refused_naming_the_problem(
+    tmp_path: Path, edit: str, needle: str
+) -> None:
+    path = write(tmp_path, broken(edit))
+    with pytest.raises(SpaceError) as exc:
+        load_space(path)
+    msg = str(exc.value)
+    assert needle in msg
+    assert str(path) in msg  # the file is named
+
+
+def test_a_default_may_lie_outside_the_searched_range(tmp_path: Path) -> None:
+    # The default is the engine's own value; the range is what the search explores.
+    data = minimal()
+    data["stages"][0]["knobs"][0]["default"] = 1024
+    space = load_space(write(tmp_path, data))
+    assert space.knobs()["max_num_seqs"].default == 1024
+
+
+def test_bad_yaml_is_a_space_error(tmp_path: Path) -> None:
+    path = write(tmp_path, "engine: vllm\nstages: [\n")
+    with pytest.raises(SpaceError, match=re.escape(str(path))):
+        load_space(path)
+
+
+def test_a_missing_file_is_a_space_error(tmp_path: Path) -> None:
+    with pytest.raises(SpaceError, match=r"nope\.yaml"):
+        load_space(tmp_path / "nope.yaml")
+
+
+def test_an_empty_file_is_a_space_error(tmp_path: Path) -> None:
+    with pytest.raises(SpaceError, match="is invalid"):
+        load_space(write(tmp_path, ""))

@@ -1,0 +1,131 @@
+"""The command line (typer, thin): parses, validates, and hands over to tuner.api.
+
+Tuning is the root command:
+
+    autotune --model smollm2-135m --slo ttft=2s --workload synthetic:input=128,output=64
+
+Bad input is one clear line on stderr and exit code 2; an interrupted run exits 130 after
+writing what it measured; a failed run exits 1.
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+import sys
+from pathlib import Path
+from typing import Annotated, NoReturn
+
+import typer
+
+DEFAULT_SLO = "ttft=2s"
+DEFAULT_WORKLOAD = "synthetic:input=128,output=64"
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=False,
+    help="Tune an LLM inference server for the highest throughput under latency SLOs.",
+)
+
+
+def fail(msg: str, code: int = 2) -> NoReturn:
+    typer.echo(f"autotune: error: {msg}", err=True)
+    raise typer.Exit(code)
+
+
+def parse_duration(text: str) -> float:
+    """``90s``, ``15m``, ``1h30m``, ``1.5h`` or plain seconds -> seconds."""
+    t = text.strip().lower()
+    if re.fullmatch(r"\d+(\.\d+)?", t):
+        return float(t)
+    parts = re.findall(r"(\d+(?:\.\d+)?)(h|m|s)", t)
+    if not parts or "".join(a + b for a, b in parts) != t:
+        raise ValueError(f"duration {text!r} is malformed; forms: 90s, 15m, 1h30m")
+    return sum(float(a) * {"h": 3600, "m": 60, "s": 1}[b] for a, b in parts)
+
+
+def _sigterm(*_: object) -> None:
+    raise KeyboardInterrupt  # run the same clean-up as Ctrl-C
+
+
+@app.callback(invoke_without_command=True)
+def tune_cmd(
+    ctx: typer.Context,
+    model: Annotated[str, typer.Option(help="smollm2-135m (embedded), a model folder, or a hub id")] = "",
+    slo: Annotated[list[str], typer.Option(
+        help=f"ttft=200ms, tpot@p95=50ms, e2e=2s, quality=1%; repeat or comma-separate "
+             f"[default: {DEFAULT_SLO}]")] = [],  # noqa: B006
+    engine: Annotated[str, typer.Option(help="engine to tune")] = "vllm",
+    workload: Annotated[str, typer.Option(
+        help="synthetic:input=N,output=M or a .jsonl file")] = DEFAULT_WORKLOAD,
+    trials: Annotated[int, typer.Option(
+        help="server configurations to start after the baseline, across all stages")] = 8,
+    time_budget: Annotated[str | None, typer.Option(
+        help="cap on the whole run's wall time, e.g. 15m")] = None,
+    output: Annotated[Path, typer.Option(help="folder for results/<run-id>/")] = Path("results"),
+    max_error_rate: Annotated[float, typer.Option(help="highest tolerated error rate")] = 0.01,
+    seed: Annotated[int, typer.Option(help="seed of the sampler and the workload salts")] = 0,
+    startup_timeout: Annotated[str, typer.Option(help="most an engine start may take")] = "300s",
+    search_space: Annotated[Path | None, typer.Option(
+        help="a search-space file instead of the engine's own")] = None,
+) -> None:
+    """Tune a server: baseline, then the search stages, then a confirmed recommendation."""
+    if ctx.invoked_subcommand is not None:
+        return
+    from probes.slo import SLOError, parse_slos
+    from probes.workload import WorkloadError, parse_workload
+
+    if not model:
+        fail("--model is required (try --model smollm2-135m)")
+    if trials < 0:
+        fail(f"--trials must be >= 0, got {trials}")
+    if not 0 <= max_error_rate < 1:
+        fail(f"--max-error-rate must be in [0, 1), got {max_error_rate}")
+    if not slo:
+        typer.echo(f"autotune: no --slo given; using the default {DEFAULT_SLO} (p99 TTFT <= 2 s)",
+                   err=True)
+    try:
+        slos = parse_slos(slo or [DEFAULT_SLO])
+        wl = parse_workload(workload)
+        budget_s = parse_duration(time_budget) if time_budget else None
+        startup_s = parse_duration(startup_timeout)
+    except (SLOError, WorkloadError, ValueError) as exc:
+        fail(str(exc))
+    if not slos.latency:
+        fail("give at least one latency SLO (ttft, tpot, itl or e2e) to score configurations by")
+    if search_space is not None and not search_space.is_file():
+        fail(f"--search-space {search_space} does not exist")
+
+    from tuner import api
+    from tuner.engines import ENGINES
+
+    if engine not in ENGINES:
+        fail(f"engine {engine!r} is unknown; known: {', '.join(sorted(ENGINES))}")
+    signal.signal(signal.SIGTERM, _sigterm)
+    try:
+        report, out_dir = api.tune(
+            model=model, slos=slos, workload=wl, engine=engine, trials=trials,
+            time_budget_s=budget_s, output_dir=output, max_error_rate=max_error_rate,
+            seed=seed, startup_timeout_s=startup_s, space_file=search_space,
+            command=["autotune", *sys.argv[1:]],
+        )
+    except api.UserError as exc:
+        fail(str(exc))
+    except KeyboardInterrupt:
+        typer.echo("autotune: interrupted", err=True)
+        raise typer.Exit(130) from None
+    from tuner.render import render_summary
+
+    typer.echo(render_summary(report, str(out_dir)))
+    if report.status == "interrupted":
+        raise typer.Exit(130)
+    if report.status != "complete":
+        raise typer.Exit(1)
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

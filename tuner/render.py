@@ -1,0 +1,168 @@
+"""Renderers: report.md and the end-of-run terminal summary. They format; they never compute
+anything that is not already in the report."""
+
+from __future__ import annotations
+
+import shlex
+from typing import Any
+
+from probes.metrics import Dist, LoadMetrics
+from tuner.report import Report, TrialReport
+
+
+def _ms(x: float | None) -> str:
+    if x is None:
+        return "-"
+    return f"{x / 1000:.2f} s" if x >= 1000 else f"{x:.1f} ms"
+
+
+def _lat(d: Dist) -> str:
+    return f"{_ms(d.p50)} / {_ms(d.p99)}"
+
+
+def _params(p: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in p.items()) or "defaults"
+
+
+def shell_command(argv: list[str], env: dict[str, str]) -> str:
+    return " ".join([*(f"{k}={shlex.quote(v)}" for k, v in env.items()), *map(shlex.quote, argv)])
+
+
+def _bar(value: float, top: float, width: int = 24) -> str:
+    n = round(width * value / top) if top > 0 else 0
+    return "█" * n + "·" * (width - n)
+
+
+def _trial_row(t: TrialReport, top: float) -> str:
+    m = t.metrics
+    score = t.score_tokens_per_s or 0.0
+    load = f"c={int(t.load['concurrency'])}" if t.load else "-"
+    ttft = _lat(m.ttft_ms) if m else "-"
+    tpot = _lat(m.tpot_ms) if m else "-"
+    why = f" {t.error}" if t.error else ""
+    start = f"{t.startup_s:.0f} s" if t.startup_s is not None else "-"
+    return (
+        f"| {t.number} | {t.stage} | {_params(t.params)} | {t.status}{why} | {load} | "
+        f"{score:.0f} `{_bar(score, top)}` | {ttft} | {tpot} | {start} |"
+    )
+
+
+def _metrics_table(m: LoadMetrics) -> list[str]:
+    rows = ["| metric | mean | p50 | p90 | p95 | p99 |", "| --- | --- | --- | --- | --- | --- |"]
+    for name, d in (("TTFT", m.ttft_ms), ("TPOT (time per output token)", m.tpot_ms),
+                    ("ITL", m.itl_ms), ("E2E", m.e2e_ms)):
+        rows.append(
+            f"| {name} | {_ms(d.mean)} | {_ms(d.p50)} | {_ms(d.p90)} | {_ms(d.p95)} | "
+            f"{_ms(d.p99)} |"
+        )
+    return rows
+
+
+def render_markdown(r: Report) -> str:
+    out: list[str] = [f"# autotune report: {r.model} on {r.engine}", ""]
+    out.append(
+        f"Run `{r.run_id}` ({r.status}), {r.created_at}. {r.engine_version} on "
+        f"{r.hardware.label}. Workload `{r.workload.get('spec') or r.workload.get('path')}`."
+    )
+    slos = "; ".join(f"p{s.percentile} {s.metric.upper()} <= {_ms(s.limit_ms)}" for s in r.slo)
+    out += ["", f"**SLOs**: {slos}; error rate <= {r.max_error_rate:.1%}.", ""]
+    rec = r.recommended
+    base = r.baseline
+    if rec:
+        m = rec.metrics
+        gain = f"**{rec.gain_vs_baseline:.2f}x** the baseline" if rec.gain_vs_baseline else ""
+        verdict = "meets every SLO" if rec.meets_slo else (
+            "provisional: fewer requests than the percentile needs" if rec.provisional and
+            rec.verdict.holds else "does NOT meet the SLOs"
+        )
+        out += [
+            "## Recommendation",
+            "",
+            f"**{m.output_tokens_per_s:.0f} output tokens/s** at concurrency "
+            f"{int(rec.load['concurrency'])} ({gain}); {verdict}, confirmed with "
+            f"{rec.n_requests} requests after a fresh start.",
+            "",
+            f"- TTFT p50 / p99: **{_lat(m.ttft_ms)}**",
+            f"- Time per output token p50 / p99: **{_lat(m.tpot_ms)}**",
+            f"- Errors: {m.n_failed} of {m.n_requests}; client CPU {m.client_cpu_pct or 0:.0f} %"
+            + (f"; peak KV cache use {m.kv_cache_peak_pct:.0f} %"
+               if m.kv_cache_peak_pct is not None else ""),
+            "",
+            "Launch it:",
+            "",
+            "```sh",
+            shell_command(rec.launch_command, rec.env),
+            "```",
+            "",
+            f"Settings: {_params(rec.params)}.",
+            "",
+            *_metrics_table(m),
+            "",
+        ]
+    else:
+        out += ["## Recommendation", "", "None: no configuration met the SLOs.", ""]
+    if base:
+        out += [
+            "## Baseline",
+            "",
+            f"{r.baseline_note}. Score {base.score_tokens_per_s or 0:.0f} output tokens/s"
+            + (f" at concurrency {int(base.load['concurrency'])}" if base.load else "")
+            + f" ({base.status}).",
+            "",
+        ]
+    allt = [t for t in [base, *r.trials] if t]
+    top = max((t.score_tokens_per_s or 0.0 for t in allt), default=0.0)
+    out += [
+        "## Configurations tried",
+        "",
+        "Score = output tokens/s at the highest concurrency that met every SLO. "
+        "TTFT and TPOT are p50 / p99 at that load.",
+        "",
+        "| # | stage | settings | status | load | score (tok/s) | TTFT | TPOT | start-up |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        *(_trial_row(t, top) for t in allt),
+        "",
+    ]
+    if r.stages:
+        out += ["## Stages", ""]
+        for s in r.stages:
+            g = f", gain {s.gain:.2f}x" if s.gain else ""
+            out.append(f"- **{s.name}** ({s.status}): {s.reason}{g}")
+        out.append("")
+    if r.timing:
+        t = r.timing
+        out += [
+            "## Where the time went",
+            "",
+            f"{t.wall_s:.0f} s in all: {t.engine_starts} engine starts took {t.startup_s:.0f} s, "
+            f"warm-up {t.warmup_s:.0f} s, measuring {t.measure_s:.0f} s, the rest "
+            f"{t.other_s:.0f} s.",
+            "",
+        ]
+    if r.notes or r.error:
+        out += ["## Notes", ""]
+        out += [f"- {n}" for n in r.notes]
+        if r.error:
+            out.append(f"- error: {r.error}")
+        out.append("")
+    return "\n".join(out)
+
+
+def render_summary(r: Report, report_dir: str) -> str:
+    lines = [f"autotune: run {r.run_id} {r.status}"]
+    rec = r.recommended
+    if rec:
+        m = rec.metrics
+        gain = f" ({rec.gain_vs_baseline:.2f}x baseline)" if rec.gain_vs_baseline else ""
+        lines += [
+            f"  recommended: {_params(rec.params)}",
+            f"  at concurrency {int(rec.load['concurrency'])}: {m.output_tokens_per_s:.0f} output "
+            f"tokens/s{gain}",
+            f"  TTFT p50/p99 {_lat(m.ttft_ms)} | TPOT p50/p99 {_lat(m.tpot_ms)} | "
+            f"meets SLO: {'yes' if rec.meets_slo else 'no'}",
+            f"  launch: {shell_command(rec.launch_command, rec.env)}",
+        ]
+    else:
+        lines.append("  no configuration met the SLOs")
+    lines.append(f"  report: {report_dir}/report.md (and report.json)")
+    return "\n".join(lines)

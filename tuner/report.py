@@ -1,0 +1,142 @@
+"""The results schema (report.json) and atomic writes. Renderers live in tuner/render.py.
+
+Statuses of a trial: ``ok`` (a load met every SLO: it has a score), ``infeasible`` (it started,
+but no load met the SLOs, not even concurrency 1), ``failed`` (it did not start or broke: the
+reason is in ``error``), ``abandoned`` (it was clearly beaten at the best configuration's load
+and the capacity search stopped early; the reason is in ``error``).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Literal
+
+import orjson
+from pydantic import BaseModel, ConfigDict
+
+from probes.metrics import LoadMetrics, Verdict
+from tuner.hardware import Hardware
+
+SCHEMA_VERSION = 1
+TrialStatus = Literal["ok", "infeasible", "failed", "abandoned"]
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class SLOReport(Strict):
+    metric: str
+    percentile: int
+    limit_ms: float
+
+
+class PointReport(Strict):
+    """One load point measured on a running engine."""
+
+    load: dict[str, float]
+    metrics: LoadMetrics
+    verdict: Verdict
+    records_file: str
+    server: dict[str, float] | None = None  # deltas of server counters over the window
+
+
+class TrialReport(Strict):
+    number: int  # 0 is the baseline
+    stage: str  # "baseline" or the stage name
+    params: dict[str, Any]
+    args: list[str]
+    env: dict[str, str]
+    launch_command: list[str]
+    status: TrialStatus
+    error: str | None = None
+    startup_s: float | None = None
+    warmup_s: float | None = None
+    score_tokens_per_s: float | None = None  # output tokens/s at the highest load that held
+    load: dict[str, float] | None = None  # that load
+    metrics: LoadMetrics | None = None  # measured there
+    points: list[PointReport] = []
+    log_file: str | None = None
+    wall_s: float = 0.0
+
+
+class StageReport(Strict):
+    name: str
+    status: Literal["run", "skipped"]
+    reason: str
+    trials: list[int]
+    best_params: dict[str, Any] | None
+    best_score: float | None
+    gain: float | None  # best score / score carried in from before this stage
+
+
+class Recommendation(Strict):
+    params: dict[str, Any]
+    env: dict[str, str]
+    launch_command: list[str]
+    load: dict[str, float]  # the target load, flat: {"concurrency": N} or {"rate_rps": R}
+    achieved_load: dict[str, float]
+    metrics: LoadMetrics
+    verdict: Verdict
+    meets_slo: bool
+    provisional: bool
+    n_requests: int
+    from_trial: int
+    search_score_tokens_per_s: float
+    gain_vs_baseline: float | None
+    confirmation: str  # how the claim was measured
+
+
+class Timing(Strict):
+    wall_s: float
+    engine_starts: int
+    startup_s: float
+    warmup_s: float
+    measure_s: float
+    other_s: float
+
+
+class Report(Strict):
+    schema_version: int = SCHEMA_VERSION
+    run_id: str
+    status: Literal["complete", "interrupted", "failed"]
+    created_at: str
+    command: list[str]
+    model: str
+    model_path: str
+    engine: str
+    engine_version: str
+    hardware: Hardware
+    workload: dict[str, Any]
+    slo: list[SLOReport]
+    quality_slo: dict[str, Any] | None
+    max_error_rate: float
+    options: dict[str, Any]
+    baseline: TrialReport | None
+    baseline_note: str
+    trials: list[TrialReport]
+    stages: list[StageReport]
+    recommended: Recommendation | None
+    timing: Timing | None
+    notes: list[str] = []
+    error: str | None = None
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Write to a temporary file beside ``path``, then rename over it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def dump_json(model: BaseModel | dict[str, Any]) -> bytes:
+    data = model.model_dump(mode="json") if isinstance(model, BaseModel) else model
+    return orjson.dumps(data, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY)

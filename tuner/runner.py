@@ -1,0 +1,612 @@
+"""The tuning run: wires the engine, the load client, the stages and the results folder.
+
+Order of a run:
+1. Resolve the model, the engine, the machine and its search space; open ``results/<run-id>/``.
+2. The baseline: the engine's defaults (plus what the space's ``baseline`` says it needs to
+   start here), scored by a capacity search like every trial.
+3. The stages in the space's order, each an Optuna search starting from the previous winner.
+   ``--trials`` counts configurations started after the baseline, across all stages; the time
+   budget stops the search early enough to leave time for step 4.
+4. Confirmation: the winner is started again from its launch command and measured at its load
+   with enough requests for the SLO percentile; if the SLOs fail there, the load steps down until
+   they hold. Only then is ``meets_slo`` set.
+5. report.json and report.md, written atomically; every trial's records and server log are kept.
+
+Each trial and point is written as soon as it is measured, and an interrupted run (Ctrl-C)
+still writes its report, marked ``interrupted``. Every engine is stopped by its process group.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import re
+import secrets
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import orjson
+from pydantic import BaseModel, ConfigDict
+
+from probes.client import LoadClient, run_load
+from probes.metrics import LoadMetrics, Verdict, judge, summarize
+from probes.server_metrics import PeakSampler, delta, fetch_snapshot
+from probes.slo import SLOSet
+from probes.workload import SyntheticWorkload, Tokenizer, Workload, prepare_requests
+from tuner.capacity import CapacityResult, PointOutcome, find_capacity
+from tuner.engines import get_engine
+from tuner.engines.base import Engine, EngineStartError, LaunchSpec, ServerProcess, free_port
+from tuner.hardware import Hardware, detect_hardware, template_context
+from tuner.models import resolve_model
+from tuner.report import (
+    PointReport,
+    Recommendation,
+    Report,
+    SLOReport,
+    StageReport,
+    Timing,
+    TrialReport,
+    dump_json,
+    write_atomic,
+)
+from tuner.search import Outcome, StageResult, run_stage
+from tuner.space import SearchSpace, load_space, space_path
+
+Progress = Callable[[str], None]
+SERVER_GAUGES = ("vllm:kv_cache_usage_perc", "vllm:num_requests_running")
+SERVER_COUNTERS = (
+    "vllm:request_prefill_time_seconds_sum", "vllm:request_prefill_time_seconds_count",
+    "vllm:request_decode_time_seconds_sum", "vllm:request_decode_time_seconds_count",
+    "vllm:request_queue_time_seconds_sum", "vllm:num_preemptions_total",
+)
+
+
+class TuneOptions(BaseModel):
+    """Everything a tuning run needs; the CLI and the Python API both build one."""
+
+    model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
+
+    model: str
+    engine: str = "vllm"
+    slos: SLOSet
+    workload: Workload
+    trials: int = 8
+    time_budget_s: float | None = None
+    output_dir: Path = Path("results")
+    seed: int = 0
+    max_error_rate: float = 0.01
+    startup_timeout_s: float = 300.0
+    request_timeout_s: float = 180.0
+    start_concurrency: int = 8
+    max_concurrency: int = 512
+    search_min_requests: int = 40
+    search_requests_per_slot: float = 3.0
+    confirm_requests: int | None = None  # default: what the SLO percentile needs, plus 10 %
+    space_file: Path | None = None
+    command: list[str] = []
+
+
+class RunInterrupted(KeyboardInterrupt):
+    pass
+
+
+@dataclass
+class Clock:
+    """Wall-time accounting of a run, by phase."""
+
+    t0: float = field(default_factory=time.monotonic)
+    startup_s: float = 0.0
+    warmup_s: float = 0.0
+    measure_s: float = 0.0
+    engine_starts: int = 0
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.t0
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9]+", "-", Path(text).name or text).strip("-").lower()[:40]
+
+
+class Runner:
+    def __init__(
+        self,
+        opts: TuneOptions,
+        progress: Progress = lambda m: print(m, file=sys.stderr, flush=True),
+        *,
+        engine: Engine | None = None,
+        hardware: Hardware | None = None,
+        tokenizer_loader: Callable[[str], Tokenizer] | None = None,
+    ) -> None:
+        self.opts = opts
+        self._progress = progress
+        self.engine = engine or get_engine(opts.engine)
+        self.hw = hardware or detect_hardware()
+        self.clock = Clock()
+        self.rng = random.Random(opts.seed)
+        self.run_id = (
+            datetime.now().strftime("%Y%m%d-%H%M%S")
+            + f"-{_slug(opts.model)}-{self.engine.name}-{secrets.token_hex(2)}"
+        )
+        self.out = opts.output_dir / self.run_id
+        self.tokenizer_loader = tokenizer_loader
+        self.trials: list[TrialReport] = []
+        self.baseline: TrialReport | None = None
+        self.stage_reports: list[StageReport] = []
+        self.recommended: Recommendation | None = None
+        self.notes: list[str] = []
+        self.space: SearchSpace | None = None
+        self.model_path = ""
+        self.deadline = (
+            self.clock.t0 + opts.time_budget_s if opts.time_budget_s is not None else math.inf
+        )
+
+    # ----------------------------------------------------------------- helpers
+    def say(self, msg: str) -> None:
+        e = int(self.clock.elapsed())
+        self._progress(f"[{e // 60:02d}:{e % 60:02d}] {msg}")
+
+    def _fresh_seed(self) -> int:
+        # A different seed (so a different salt) per load point: no prefix-cache reuse.
+        return self.rng.getrandbits(31)
+
+    def _n_search(self, c: int) -> int:
+        return max(self.opts.search_min_requests, math.ceil(self.opts.search_requests_per_slot * c))
+
+    def _n_confirm(self, c: int) -> int:
+        need = self.opts.confirm_requests or math.ceil(self.opts.slos.requests_needed * 1.1)
+        return max(need, 2 * c)
+
+    # ----------------------------------------------------------------- run
+    def run(self) -> Report:
+        self.out.mkdir(parents=True, exist_ok=True)
+        status = "complete"
+        error: str | None = None
+        try:
+            self._prepare()
+            self._search()
+            self._confirm()
+        except KeyboardInterrupt:
+            status = "interrupted"
+            self.say(f"interrupted; what was measured is kept in {self.out}")
+        except Exception as exc:
+            status, error = "failed", f"{type(exc).__name__}: {exc}"
+            self.say(f"run failed: {error}")
+            self._write_report(status, error)
+            raise
+        return self._write_report(status, error)
+
+    def _prepare(self) -> None:
+        self.say(f"run {self.run_id}; results in {self.out}")
+        model = resolve_model(self.opts.model)
+        self.model_path = model.path
+        path = self.opts.space_file or space_path(self.engine.name, self.hw.device)
+        self.space = load_space(path).for_machine(len(self.hw.gpus))
+        self.ctx = template_context(self.hw)
+        if isinstance(self.opts.workload, SyntheticWorkload):
+            self.tokenizer: Tokenizer | None = self._load_tokenizer(model.path)
+        else:
+            self.tokenizer = None
+        self.client = LoadClient("http://127.0.0.1:1", timeout_s=self.opts.request_timeout_s)
+        self.say(
+            f"model {model.name} ({model.path}); engine {self.engine.version()}; "
+            f"{self.hw.label}; search space {path.name}"
+        )
+        self.say("SLOs: " + "; ".join(self.opts.slos.labels)
+                 + f"; error rate <= {self.opts.max_error_rate:.1%}")
+
+    def _load_tokenizer(self, path: str) -> Tokenizer:
+        if self.tokenizer_loader:
+            return self.tokenizer_loader(path)
+        from transformers import AutoTokenizer
+
+        return AutoTokenizer.from_pretrained(path)  # type: ignore[no-any-return]
+
+    # ----------------------------------------------------------------- trials
+    def _spec(self, params: dict[str, Any], baseline: bool) -> LaunchSpec:
+        assert self.space is not None
+        if baseline:
+            args, env = list(self.space.baseline.args), dict(self.space.baseline.env)
+        else:
+            emit = self.space.render(params, self.ctx)
+            args, env = emit.args, emit.env
+        return self.engine.launch_spec(self.model_path, args, env, free_port())
+
+    def _best(self) -> TrialReport | None:
+        ok = [t for t in [self.baseline, *self.trials] if t and t.status == "ok"]
+        return max(ok, key=lambda t: t.score_tokens_per_s or 0.0) if ok else None
+
+    def _abandon_rule(self, best: TrialReport | None) -> Callable[[PointOutcome], str | None]:
+        """Clearly beaten at the best configuration's own load: stop the capacity search.
+
+        Throughput grows with load, so a configuration that breaks the SLOs at the best one's
+        capacity with fewer tokens/s cannot beat it at any lower load; one that holds there but
+        delivers under half the best score is not worth the remaining points.
+        """
+
+        def rule(p: PointOutcome) -> str | None:
+            if best is None or not best.load or not best.score_tokens_per_s:
+                return None
+            if p.concurrency != int(best.load["concurrency"]):
+                return None
+            s = best.score_tokens_per_s
+            if not p.holds and p.output_tokens_per_s < s:
+                return (
+                    f"breaks the SLOs at the best load (c={p.concurrency}) with "
+                    f"{p.output_tokens_per_s:.0f} < {s:.0f} tokens/s: cannot beat the best"
+                )
+            if p.holds and p.output_tokens_per_s < 0.5 * s:
+                return (
+                    f"{p.output_tokens_per_s:.0f} tokens/s at the best load "
+                    f"(c={p.concurrency}), under half the best {s:.0f}"
+                )
+            return None
+
+        return rule
+
+    def evaluate(self, number: int, stage: str, params: dict[str, Any]) -> TrialReport:
+        """Start one configuration, find its capacity, stop it. Never raises for engine trouble."""
+        baseline = stage == "baseline"
+        spec = self._spec(params, baseline)
+        tdir = self.out / "trials" / f"{number:03d}"
+        tdir.mkdir(parents=True, exist_ok=True)
+        label = "baseline" if baseline else f"trial {number} ({stage})"
+        trial = TrialReport(
+            number=number, stage=stage, params=params,
+            args=spec.argv[spec.argv.index("--port") + 2 :], env=spec.env,
+            launch_command=spec.argv, status="failed", log_file=str(tdir / "server.log"),
+        )
+        t_start = time.monotonic()
+        shown = " ".join(f"{k}={v}" for k, v in params.items()) or "engine defaults"
+        self.say(f"{label}: starting {self.engine.name} with {shown}")
+        best = self._best()
+        try:
+            with ServerProcess(
+                spec, tdir / "server.log", startup_timeout_s=self.opts.startup_timeout_s,
+                classify=self.engine.classify_failure,
+            ) as server:
+                self.clock.engine_starts += 1
+                try:
+                    trial.startup_s = server.wait_ready()
+                finally:
+                    self.clock.startup_s += time.monotonic() - t_start
+                self.say(f"{label}: ready in {trial.startup_s:.0f} s")
+                start_c = int(best.load["concurrency"]) if best and best.load else (
+                    self.opts.start_concurrency
+                )
+                trial.warmup_s = self._warmup(server, start_c)
+                cap = find_capacity(
+                    lambda c: self._point(server, trial, tdir, c, self._n_search(c), label),
+                    start=start_c, max_concurrency=self.opts.max_concurrency,
+                    abandon=None if baseline else self._abandon_rule(best),
+                    max_points=7,
+                )
+                self._score(trial, cap)
+        except EngineStartError as exc:
+            trial.status, trial.error = "failed", str(exc)
+            self.say(f"{label}: failed to start: {exc}")
+        trial.wall_s = time.monotonic() - t_start
+        write_atomic(tdir / "trial.json", dump_json(trial))
+        return trial
+
+    def _score(self, trial: TrialReport, cap: CapacityResult) -> None:
+        by_c = {int(p.load["concurrency"]): p for p in trial.points}
+        if cap.abandoned:
+            trial.status, trial.error = "abandoned", cap.abandoned
+        elif cap.best is None:
+            trial.status = "infeasible"
+            low = min(by_c) if by_c else None
+            trial.error = f"no load met the SLOs (lowest tried: concurrency {low})"
+        else:
+            trial.status = "ok"
+        if cap.best is not None and trial.status == "ok":
+            p = by_c[cap.best.concurrency]
+            trial.score_tokens_per_s = p.metrics.output_tokens_per_s
+            trial.load = dict(p.load)
+            trial.metrics = p.metrics
+            self.say(
+                f"trial {trial.number}: capacity c={cap.best.concurrency}, "
+                f"{trial.score_tokens_per_s:.0f} output tokens/s under the SLOs"
+            )
+        else:
+            self.say(f"trial {trial.number}: {trial.status}: {trial.error}")
+
+    def _warmup(self, server: ServerProcess, c: int) -> float:
+        """Requests sent and thrown away after start-up (compilation, cache allocation)."""
+        t0 = time.monotonic()
+        n = max(4, min(c, 32))
+        reqs = self._requests(server, n)
+        self.client.base_url = server.base_url
+        run_load(self.client, reqs, concurrency=min(c, n), warmup=n)
+        dt = time.monotonic() - t0
+        self.clock.warmup_s += dt
+        return dt
+
+    def _requests(self, server: ServerProcess, n: int) -> list:
+        return prepare_requests(
+            self.opts.workload, n, model=server.served_model or self.model_path,
+            tokenizer=self.tokenizer, seed=self._fresh_seed(),
+            ignore_eos=self.engine.supports_ignore_eos,
+        )
+
+    def _measure(
+        self, server: ServerProcess, c: int, n: int
+    ) -> tuple[LoadMetrics, list, dict[str, float] | None]:
+        reqs = self._requests(server, n)
+        self.client.base_url = server.base_url
+        mpath = self.engine.metrics_path
+        before = self._snapshot(server) if mpath else None
+        t0 = time.monotonic()
+        if mpath:
+            with PeakSampler(server.base_url, SERVER_GAUGES, mpath) as sampler:
+                res = run_load(self.client, reqs, concurrency=c, seed=self._fresh_seed())
+            peaks = sampler.peaks
+        else:
+            res = run_load(self.client, reqs, concurrency=c, seed=self._fresh_seed())
+            peaks = {}
+        self.clock.measure_s += time.monotonic() - t0
+        metrics = summarize(res.records, self.opts.slos, res.client_cpu_pct)
+        if "vllm:kv_cache_usage_perc" in peaks:
+            metrics.kv_cache_peak_pct = 100.0 * peaks["vllm:kv_cache_usage_perc"]
+        server_delta = None
+        if before is not None:
+            after = self._snapshot(server)
+            if after:
+                d = delta(before, after)
+                server_delta = {k: d[k] for k in SERVER_COUNTERS if k in d}
+        return metrics, res.records, server_delta
+
+    @staticmethod
+    def _snapshot(server: ServerProcess) -> dict[str, float] | None:
+        try:
+            return fetch_snapshot(server.base_url)
+        except Exception:
+            return None
+
+    def _point(
+        self, server: ServerProcess, trial: TrialReport, tdir: Path, c: int, n: int, label: str
+    ) -> PointOutcome:
+        metrics, records, server_delta = self._measure(server, c, n)
+        verdict = judge(metrics, self.opts.slos, self.opts.max_error_rate)
+        rfile = tdir / f"c{c:04d}-{len(trial.points)}.jsonl"
+        rfile.write_bytes(b"".join(orjson.dumps(r.to_json()) + b"\n" for r in records))
+        trial.points.append(
+            PointReport(
+                load={"concurrency": c}, metrics=metrics, verdict=verdict,
+                records_file=str(rfile), server=server_delta,
+            )
+        )
+        write_atomic(tdir / "trial.json", dump_json(trial))
+        self.say(f"{label}: c={c:<4d} {_point_line(metrics, verdict)}")
+        return PointOutcome(c, verdict.holds, verdict.worst_margin, metrics.output_tokens_per_s)
+
+    # ----------------------------------------------------------------- search
+    def _trial_estimate_s(self) -> float:
+        done = [t for t in [self.baseline, *self.trials] if t]
+        return max((t.wall_s for t in done), default=180.0)
+
+    def _confirm_estimate_s(self) -> float:
+        best = self._best()
+        if best is None or best.metrics is None:
+            return 0.0
+        c = int(best.load["concurrency"]) if best.load else 1
+        rps = max(best.metrics.requests_per_s, 1e-3)
+        return (best.startup_s or 60.0) + 30.0 + self._n_confirm(c) / rps
+
+    def _time_left_reason(self) -> str | None:
+        left = self.deadline - time.monotonic()
+        need = self._trial_estimate_s() + self._confirm_estimate_s()
+        if left < need:
+            return (
+                f"time budget: {left:.0f} s left, a trial and the confirmation need about "
+                f"{need:.0f} s"
+            )
+        return None
+
+    def _search(self) -> None:
+        assert self.space is not None
+        self.baseline = self.evaluate(0, "baseline", {})
+        if self.space.baseline.reason:
+            self.notes.append(f"baseline: {self.space.baseline.reason}")
+        defaults = {k.name: k.default for k in self.space.knobs().values()}
+        carried: dict[str, Any] = {}
+        budget = self.opts.trials
+        number = 1
+        for stage in self.space.stages:
+            if budget <= 0:
+                self.stage_reports.append(StageReport(
+                    name=stage.name, status="skipped", reason="no trials left in --trials",
+                    trials=[], best_params=None, best_score=None, gain=None))
+                continue
+            before = self._best()
+            score_before = before.score_tokens_per_s if before else None
+            known: list[tuple[dict[str, Any], Outcome]] = []
+            stage_defaults = {k.name: defaults[k.name] for k in stage.knobs}
+            if self.baseline and None not in stage_defaults.values() and not carried:
+                known.append((stage_defaults, self._outcome(self.baseline)))
+            numbers: list[int] = []
+
+            def evaluate(params: dict[str, Any], stage_name: str = stage.name) -> Outcome:
+                nonlocal number
+                t = self.evaluate(number, stage_name, {**carried, **params})
+                self.trials.append(t)
+                numbers.append(number)
+                number += 1
+                return self._outcome(t)
+
+            result: StageResult = run_stage(
+                stage, evaluate, storage_path=self.out / "optuna.journal", n_trials=budget,
+                seed=self.opts.seed, known=known, should_stop=self._time_left_reason,
+            )
+            budget -= result.started
+            best = result.best()
+            if best is not None and (score_before is None or best[1].score > score_before):
+                carried.update(best[0])
+            best_trial = self._best()
+            self.stage_reports.append(StageReport(
+                name=stage.name, status="run",
+                reason=f"{result.started} configurations; stopped: {result.stopped_because}",
+                trials=numbers,
+                best_params=best_trial.params if best_trial else None,
+                best_score=best_trial.score_tokens_per_s if best_trial else None,
+                gain=(best_trial.score_tokens_per_s / score_before)
+                if best_trial and best_trial.score_tokens_per_s and score_before else None,
+            ))
+            self.say(f"stage {stage.name} done: {self.stage_reports[-1].reason}")
+
+    @staticmethod
+    def _outcome(t: TrialReport) -> Outcome:
+        if t.status == "ok":
+            margin = t.points and min(
+                p.verdict.worst_margin for p in t.points if p.verdict.holds
+            )
+            return Outcome("ok", t.score_tokens_per_s or 0.0, float(margin or 0.0), t)
+        if t.status == "infeasible":
+            m = min((p.verdict.worst_margin for p in t.points), default=1.0)
+            return Outcome("infeasible", 0.0, max(m, 1e-6), t)
+        if t.status == "abandoned":
+            return Outcome("pruned", 0.0, 1.0, t)
+        return Outcome("failed", 0.0, 1.0, t)
+
+    # ----------------------------------------------------------------- confirmation
+    def _confirm(self) -> None:
+        best = self._best()
+        if best is None or best.load is None:
+            self.say("no configuration met the SLOs at any load: nothing to recommend")
+            self.notes.append("no configuration met the SLOs; loosen the SLOs or the workload")
+            return
+        c = int(best.load["concurrency"])
+        label = "confirmation"
+        self.say(
+            f"confirming trial {best.number} from a fresh start at c={c} with "
+            f"{self._n_confirm(c)} requests"
+        )
+        spec = LaunchSpec(best.launch_command, best.env).with_port(free_port())
+        cdir = self.out / "confirmation"
+        t0 = time.monotonic()
+        try:
+            with ServerProcess(
+                spec, cdir / "server.log", startup_timeout_s=self.opts.startup_timeout_s,
+                classify=self.engine.classify_failure,
+            ) as server:
+                self.clock.engine_starts += 1
+                try:
+                    server.wait_ready()
+                finally:
+                    self.clock.startup_s += time.monotonic() - t0
+                self._warmup(server, c)
+                tries: list[tuple[int, LoadMetrics, Verdict]] = []
+                for _ in range(3):
+                    metrics, records, _ = self._measure(server, c, self._n_confirm(c))
+                    verdict = judge(metrics, self.opts.slos, self.opts.max_error_rate)
+                    (cdir / f"c{c:04d}.jsonl").write_bytes(
+                        b"".join(orjson.dumps(r.to_json()) + b"\n" for r in records)
+                    )
+                    self.say(f"{label}: c={c:<4d} {_point_line(metrics, verdict)}")
+                    tries.append((c, metrics, verdict))
+                    if verdict.holds or c == 1:
+                        break
+                    # The search's shorter points were optimistic: step down and measure again.
+                    c = max(1, min(c - 1, math.floor(c / (1.0 + max(verdict.worst_margin, 0.1)))))
+                c, metrics, verdict = tries[-1]
+        except EngineStartError as exc:
+            self.notes.append(f"confirmation failed to start: {exc}")
+            self.say(f"{label}: failed to start: {exc}")
+            return
+        base = self.baseline.score_tokens_per_s if self.baseline else None
+        self.recommended = Recommendation(
+            params=best.params,
+            env=spec.env,
+            launch_command=best.launch_command,
+            load={"concurrency": c},
+            achieved_load={
+                "concurrency": round(metrics.mean_in_flight, 2),
+                "requests_per_s": round(metrics.requests_per_s, 3),
+            },
+            metrics=metrics,
+            verdict=verdict,
+            meets_slo=verdict.holds and not verdict.provisional,
+            provisional=verdict.provisional,
+            n_requests=metrics.n_requests,
+            from_trial=best.number,
+            search_score_tokens_per_s=best.score_tokens_per_s or 0.0,
+            gain_vs_baseline=(metrics.output_tokens_per_s / base) if base else None,
+            confirmation=(
+                f"engine restarted from launch_command, warmed up, then {metrics.n_requests} "
+                f"requests at concurrency {c}"
+            ),
+        )
+
+    # ----------------------------------------------------------------- report
+    def _write_report(self, status: str, error: str | None) -> Report:
+        from tuner.render import render_markdown
+
+        wl = self.opts.workload
+        workload: dict[str, Any] = (
+            {"kind": "synthetic", "input_len": wl.input_len, "output_len": wl.output_len,
+             "spec": wl.label}
+            if isinstance(wl, SyntheticWorkload)
+            else {"kind": "file", "path": wl.path, "n_items": len(wl.items)}
+        )
+        c = self.clock
+        wall = c.elapsed()
+        report = Report(
+            run_id=self.run_id,
+            status=status,  # type: ignore[arg-type]
+            created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            command=self.opts.command,
+            model=self.opts.model,
+            model_path=self.model_path,
+            engine=self.engine.name,
+            engine_version=self.engine.version(),
+            hardware=self.hw,
+            workload=workload,
+            slo=[SLOReport(metric=s.metric, percentile=s.percentile, limit_ms=s.limit_ms)
+                 for s in self.opts.slos.latency],
+            quality_slo=self.opts.slos.quality.model_dump() if self.opts.slos.quality else None,
+            max_error_rate=self.opts.max_error_rate,
+            options=self.opts.model_dump(
+                mode="json", exclude={"slos", "workload", "command", "model", "engine"}
+            ),
+            baseline=self.baseline,
+            baseline_note=(self.space.baseline.reason if self.space else "")
+            or "the engine's own defaults",
+            trials=self.trials,
+            stages=self.stage_reports,
+            recommended=self.recommended,
+            timing=Timing(
+                wall_s=wall, engine_starts=c.engine_starts, startup_s=c.startup_s,
+                warmup_s=c.warmup_s, measure_s=c.measure_s,
+                other_s=max(0.0, wall - c.startup_s - c.warmup_s - c.measure_s),
+            ),
+            notes=self.notes,
+            error=error,
+        )
+        self.out.mkdir(parents=True, exist_ok=True)
+        write_atomic(self.out / "report.json", dump_json(report))
+        write_atomic(self.out / "report.md", render_markdown(report).encode())
+        return report
+
+
+def _point_line(m: LoadMetrics, v: Verdict) -> str:
+    def ms(x: float | None) -> str:
+        return "-" if x is None else (f"{x / 1000:.2f}s" if x >= 1000 else f"{x:.0f}ms")
+
+    state = "holds" if v.holds else "breaks SLO"
+    prov = " (provisional)" if v.provisional and v.holds else ""
+    return (
+        f"{m.output_tokens_per_s:7.1f} tok/s | TTFT p50 {ms(m.ttft_ms.p50)} p99 {ms(m.ttft_ms.p99)}"
+        f" | TPOT p50 {ms(m.tpot_ms.p50)} p99 {ms(m.tpot_ms.p99)} | n={m.n_requests}"
+        f" err={m.n_failed} | {state}{prov}"
+    )
+
+
+def tune(opts: TuneOptions, progress: Progress | None = None) -> Report:
+    """Run a whole tuning; see the module docstring. Returns the report (also on disk)."""
+    runner = Runner(opts, progress) if progress else Runner(opts)
+    return runner.run()

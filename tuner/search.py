@@ -1,0 +1,181 @@
+"""One search stage with Optuna: the only module that imports optuna.
+
+The outer loop owns execution (Optuna's ask/tell): each configuration is handed to an
+``evaluate(params) -> Outcome`` callable, which starts the engine, measures and stops it. The
+stage knows nothing of engines or probes. The objective is the configuration's score (output
+tokens/s at the highest load meeting every SLO); the SLOs enter as constraints, with Optuna's
+sign rule (<= 0 is feasible), set on each trial with ``Trial.set_constraint`` (Optuna 5).
+
+- Known results (the baseline, previous stages) are added to the study as finished trials, so the
+  sampler learns from them without a restart.
+- Candidates from the search-space file are enqueued before the sampler takes over.
+- A configuration the sampler proposes again is not restarted: it gets the earlier result.
+- A failed start is a FAIL trial, an abandoned one a PRUNED trial; neither crashes the stage.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.distributions import (
+    BaseDistribution,
+    CategoricalDistribution,
+    FloatDistribution,
+    IntDistribution,
+)
+from optuna.storages import JournalStorage
+from optuna.storages.journal import JournalFileBackend
+from optuna.trial import TrialState
+
+from tuner.space import Knob, Stage
+
+optuna.logging.set_verbosity(logging.WARNING)
+
+
+@dataclass
+class Outcome:
+    """What one configuration measured, as the search sees it."""
+
+    status: str  # ok | infeasible | failed | pruned
+    score: float = 0.0  # output tokens/s under the SLOs (0 when nothing held)
+    constraint: float = 1.0  # worst margin at the best load found; <= 0 feasible
+    ref: Any = None  # the caller's own record of the trial
+
+
+@dataclass
+class StageResult:
+    name: str
+    outcomes: list[tuple[dict[str, Any], Outcome]] = field(default_factory=list)
+    started: int = 0  # configurations actually started
+    stopped_because: str = ""
+
+    def best(self) -> tuple[dict[str, Any], Outcome] | None:
+        ok = [(p, o) for p, o in self.outcomes if o.status == "ok"]
+        return max(ok, key=lambda po: po[1].score) if ok else None
+
+
+def distribution(knob: Knob) -> BaseDistribution:
+    if knob.type == "int":
+        assert knob.low is not None and knob.high is not None
+        return IntDistribution(int(knob.low), int(knob.high), log=knob.log, step=knob.step or 1)
+    if knob.type == "float":
+        assert knob.low is not None and knob.high is not None
+        return FloatDistribution(knob.low, knob.high, log=knob.log)
+    if knob.type == "bool":
+        return CategoricalDistribution([False, True])
+    assert knob.choices is not None
+    return CategoricalDistribution(knob.choices)
+
+
+CONSTRAINT = "slo_margin"
+
+
+def _finite(x: float) -> float:
+    # Optuna refuses NaN; an unmeasurable margin (nothing completed) is simply very infeasible.
+    return 1e6 if not math.isfinite(x) else x
+
+
+def open_study(storage_path: Path, name: str, seed: int) -> optuna.Study:
+    storage = JournalStorage(JournalFileBackend(str(storage_path)))
+    sampler = optuna.samplers.TPESampler(
+        seed=seed, n_startup_trials=3, multivariate=True
+    )
+    return optuna.create_study(
+        study_name=name, storage=storage, sampler=sampler, direction="maximize",
+        load_if_exists=True,
+    )
+
+
+def _tell(study: optuna.Study, trial: optuna.Trial, outcome: Outcome) -> None:
+    trial.set_constraint(CONSTRAINT, _finite(outcome.constraint))
+    trial.set_user_attr("status", outcome.status)
+    if outcome.status == "failed":
+        study.tell(trial, state=TrialState.FAIL)
+    elif outcome.status == "pruned":
+        study.tell(trial, state=TrialState.PRUNED)
+    else:
+        study.tell(trial, outcome.score)
+
+
+def run_stage(
+    stage: Stage,
+    evaluate: Callable[[dict[str, Any]], Outcome],
+    *,
+    storage_path: Path,
+    n_trials: int,
+    seed: int,
+    known: list[tuple[dict[str, Any], Outcome]] = (),  # type: ignore[assignment]
+    should_stop: Callable[[], str | None] = lambda: None,
+    max_repeats: int = 4,
+) -> StageResult:
+    """Search one stage's knobs for up to ``n_trials`` new configurations.
+
+    Args:
+        evaluate: measures one configuration of this stage's knobs (the caller merges in what
+            earlier stages fixed).
+        known: results the sampler should learn from (the baseline, as this stage's knobs).
+        should_stop: a reason to stop before the next configuration (time budget), or None.
+    """
+    dists = {k.name: distribution(k) for k in stage.knobs}
+    study = open_study(storage_path, stage.name, seed)
+    result = StageResult(stage.name)
+    knobs = {k.name: k for k in stage.knobs}
+    for params, outcome in known:
+        if set(params) != set(dists) or not _valid(knobs, params):
+            continue
+        study.add_trial(
+            optuna.trial.create_trial(
+                params=params, distributions=dists, value=outcome.score,
+                constraints={CONSTRAINT: _finite(outcome.constraint)},
+                user_attrs={"status": "known"},
+            )
+        )
+        result.outcomes.append((params, outcome))
+    for cand in stage.candidates:
+        study.enqueue_trial(cand, skip_if_exists=True)
+
+    seen: dict[tuple, Outcome] = {_key(p): o for p, o in result.outcomes}
+    repeats = 0
+    while result.started < n_trials:
+        if why := should_stop():
+            result.stopped_because = why
+            break
+        trial = study.ask(dists)
+        params = dict(trial.params)
+        key = _key(params)
+        if key in seen:
+            # Proposed again: reuse the measurement instead of restarting the engine.
+            _tell(study, trial, seen[key])
+            repeats += 1
+            if repeats >= max_repeats:
+                result.stopped_because = "the sampler kept proposing measured configurations"
+                break
+            continue
+        repeats = 0
+        result.started += 1
+        outcome = evaluate(params)
+        seen[key] = outcome
+        result.outcomes.append((params, outcome))
+        _tell(study, trial, outcome)
+    else:
+        result.stopped_because = f"trial budget reached ({n_trials})"
+    return result
+
+
+def _valid(knobs: dict[str, Knob], params: dict[str, Any]) -> bool:
+    try:
+        for name, value in params.items():
+            knobs[name].validate_value(value)
+    except ValueError:
+        return False
+    return True
+
+
+def _key(params: dict[str, Any]) -> tuple:
+    return tuple(sorted((k, repr(v)) for k, v in params.items()))
