@@ -20,7 +20,9 @@ def main() -> None:
     from vllm.benchmarks.serve import main as bench_main
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 
-    parser = FlexibleArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    parser = FlexibleArgumentParser(
+        description=__doc__, formatter_class=argparse.RawTextHelpFormatter
+    )
     add_cli_args(parser)
     bench_main(parser.parse_args())
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterable, Callable, Sequence
 from dataclasses import dataclass
 
 import aiohttp
@@ -44,7 +44,7 @@ def _content(chunk: dict, chat: bool) -> tuple[bool, dict | None]:
 
 
 async def consume_stream(
-    rec: RequestRecord, lines: AsyncIterator[bytes], clock: Clock, chat: bool
+    rec: RequestRecord, lines: AsyncIterable[bytes], clock: Clock, chat: bool
 ) -> None:
     """Read an SSE stream into ``rec``: content-chunk times, usage, errors.
 
@@ -143,7 +143,10 @@ class LoadClient:
             rec.t_end = self.clock()
 
     async def _closed(
-        self, session: aiohttp.ClientSession, reqs: Sequence[PreparedRequest], concurrency: int,
+        self,
+        session: aiohttp.ClientSession,
+        reqs: Sequence[PreparedRequest],
+        concurrency: int,
         first_index: int,
     ) -> list[RequestRecord]:
         records: list[RequestRecord] = []
@@ -163,8 +166,12 @@ class LoadClient:
         return records
 
     async def _open(
-        self, session: aiohttp.ClientSession, reqs: Sequence[PreparedRequest], rate_rps: float,
-        seed: int, first_index: int,
+        self,
+        session: aiohttp.ClientSession,
+        reqs: Sequence[PreparedRequest],
+        rate_rps: float,
+        seed: int,
+        first_index: int,
     ) -> list[RequestRecord]:
         rng = random.Random(seed)
         offsets, t = [], 0.0
@@ -172,7 +179,9 @@ class LoadClient:
             offsets.append(t)
             t += rng.expovariate(rate_rps)
         t0 = self.clock()
-        records = [RequestRecord(index=first_index + i, t_sched=t0 + o) for i, o in enumerate(offsets)]
+        records = [
+            RequestRecord(index=first_index + i, t_sched=t0 + o) for i, o in enumerate(offsets)
+        ]
 
         async def fire(req: PreparedRequest, rec: RequestRecord) -> None:
             delay = rec.t_sched - self.clock()

@@ -53,7 +53,11 @@ def dist_ms(samples_s: Sequence[float]) -> Dist:
     a = np.asarray(samples_s, dtype=float) * MS
     p50, p90, p95, p99 = np.percentile(a, [50, 90, 95, 99])
     return Dist(
-        mean=float(a.mean()), p50=float(p50), p90=float(p90), p95=float(p95), p99=float(p99),
+        mean=float(a.mean()),
+        p50=float(p50),
+        p90=float(p90),
+        p95=float(p95),
+        p99=float(p99),
         n=int(a.size),
     )
 
@@ -191,9 +195,15 @@ def judge(metrics: LoadMetrics, slos: SLOSet, max_error_rate: float) -> Verdict:
         m = margin(value, slo.limit_ms) if value is not None else math.inf
         checks.append(
             SLOCheck(
-                metric=slo.metric, percentile=slo.percentile, limit_ms=slo.limit_ms,
-                measured_ms=value, margin=m, holds=m <= 0, n=metrics.n_completed,
-                n_needed=slo.requests_needed, provisional=metrics.n_completed < slo.requests_needed,
+                metric=slo.metric,
+                percentile=slo.percentile,
+                limit_ms=slo.limit_ms,
+                measured_ms=value,
+                margin=m,
+                holds=m <= 0,
+                n=metrics.n_completed,
+                n_needed=slo.requests_needed,
+                provisional=metrics.n_completed < slo.requests_needed,
             )
         )
     # The error rate is a hard constraint of its own. With a zero limit any error breaks it.
@@ -204,8 +214,14 @@ def judge(metrics: LoadMetrics, slos: SLOSet, max_error_rate: float) -> Verdict:
     )
     checks.append(
         SLOCheck(
-            metric="error_rate", percentile=None, limit_ms=None, measured_ms=None,
-            margin=err_margin, holds=err_margin <= 0, n=metrics.n_requests, n_needed=0,
+            metric="error_rate",
+            percentile=None,
+            limit_ms=None,
+            measured_ms=None,
+            margin=err_margin,
+            holds=err_margin <= 0,
+            n=metrics.n_requests,
+            n_needed=0,
             provisional=False,
         )
     )

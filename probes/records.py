@@ -15,6 +15,7 @@ A failed request is a record with ``error`` set, never a silent drop.
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -66,7 +67,7 @@ class RequestRecord:
     def itl_s(self) -> list[float]:
         """Gaps between consecutive content chunks (a chunk is not a token under speculation)."""
         ts = self.chunk_times
-        return [b - a for a, b in zip(ts, ts[1:], strict=False)]
+        return [b - a for a, b in itertools.pairwise(ts)]
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)

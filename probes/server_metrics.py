@@ -53,7 +53,10 @@ class PeakSampler:
     """Polls gauges in a thread and keeps their peaks; use as a context manager."""
 
     def __init__(
-        self, base_url: str, gauges: tuple[str, ...], path: str = "/metrics",
+        self,
+        base_url: str,
+        gauges: tuple[str, ...],
+        path: str = "/metrics",
         interval_s: float = 2.0,
     ) -> None:
         self.base_url = base_url

@@ -124,7 +124,7 @@ def parse_slo_item(text: str) -> LatencySLO | QualitySLO:
     limit_ms = value * 1000.0 if m["unit"] == "s" else value
     if limit_ms <= 0:
         raise SLOError(f"SLO {text!r}: the limit must be above zero")
-    return LatencySLO(metric=metric, percentile=pct, limit_ms=limit_ms)  # type: ignore[arg-type]
+    return LatencySLO(metric=metric, percentile=pct, limit_ms=limit_ms)
 
 
 def parse_slos(texts: Iterable[str]) -> SLOSet:

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, cast
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field
@@ -135,7 +135,7 @@ def load_file_workload(path: Path) -> FileWorkload:
 
 
 @lru_cache(maxsize=4)
-def _corpus_ids(tokenizer: Tokenizer) -> tuple[int, ...]:
+def _corpus_ids(tokenizer: Any) -> tuple[int, ...]:
     text = CORPUS.read_text(encoding="utf-8")
     return tuple(tokenizer.encode(text, add_special_tokens=False))
 
@@ -152,7 +152,7 @@ def synthetic_prompt(
     Raises:
         WorkloadError: if no window gives the exact length (n_tokens too small for the salt).
     """
-    corpus = _corpus_ids(tokenizer)
+    corpus = _corpus_ids(cast(Any, tokenizer))
     n_special = len(tokenizer.encode("", add_special_tokens=True))
     salt_ids = tokenizer.encode(salt, add_special_tokens=False)
     for _ in range(tries):
@@ -202,7 +202,10 @@ def prepare_requests(
                 body["ignore_eos"] = True
             out.append(
                 PreparedRequest(
-                    "/v1/completions", orjson.dumps(body), False, workload.input_len,
+                    "/v1/completions",
+                    orjson.dumps(body),
+                    False,
+                    workload.input_len,
                     workload.output_len,
                 )
             )

@@ -1,10 +1,10 @@
 """Plain Python entry points behind the CLI.
 
-    from tuner.api import tune
-    from probes.slo import parse_slos
-    from probes.workload import parse_workload
-    report, folder = tune(model="smollm2-135m", slos=parse_slos(["ttft=2s"]),
-                          workload=parse_workload("synthetic:input=128,output=64"), trials=4)
+from tuner.api import tune
+from probes.slo import parse_slos
+from probes.workload import parse_workload
+report, folder = tune(model="smollm2-135m", slos=parse_slos(["ttft=2s"]),
+                      workload=parse_workload("synthetic:input=128,output=64"), trials=4)
 """
 
 from __future__ import annotations
@@ -26,7 +26,11 @@ class UserError(RuntimeError):
 
 
 def tune(
-    *, model: str, slos: SLOSet, workload: Workload, progress: Progress | None = None,
+    *,
+    model: str,
+    slos: SLOSet,
+    workload: Workload,
+    progress: Progress | None = None,
     **options: Any,
 ) -> tuple[Report, Path]:
     """Run a tuning; returns the report and the folder holding it.

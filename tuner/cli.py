@@ -51,23 +51,34 @@ def _sigterm(*_: object) -> None:
 @app.callback(invoke_without_command=True)
 def tune_cmd(
     ctx: typer.Context,
-    model: Annotated[str, typer.Option(help="smollm2-135m (embedded), a model folder, or a hub id")] = "",
-    slo: Annotated[list[str], typer.Option(
-        help=f"ttft=200ms, tpot@p95=50ms, e2e=2s, quality=1%; repeat or comma-separate "
-             f"[default: {DEFAULT_SLO}]")] = [],  # noqa: B006
+    model: Annotated[
+        str, typer.Option(help="smollm2-135m (embedded), a model folder, or a hub id")
+    ] = "",
+    slo: Annotated[
+        list[str],
+        typer.Option(
+            help=f"ttft=200ms, tpot@p95=50ms, e2e=2s, quality=1%; repeat or comma-separate "
+            f"[default: {DEFAULT_SLO}]"
+        ),
+    ] = [],  # noqa: B006
     engine: Annotated[str, typer.Option(help="engine to tune")] = "vllm",
-    workload: Annotated[str, typer.Option(
-        help="synthetic:input=N,output=M or a .jsonl file")] = DEFAULT_WORKLOAD,
-    trials: Annotated[int, typer.Option(
-        help="server configurations to start after the baseline, across all stages")] = 8,
-    time_budget: Annotated[str | None, typer.Option(
-        help="cap on the whole run's wall time, e.g. 15m")] = None,
+    workload: Annotated[
+        str, typer.Option(help="synthetic:input=N,output=M or a .jsonl file")
+    ] = DEFAULT_WORKLOAD,
+    trials: Annotated[
+        int,
+        typer.Option(help="server configurations to start after the baseline, across all stages"),
+    ] = 8,
+    time_budget: Annotated[
+        str | None, typer.Option(help="cap on the whole run's wall time, e.g. 15m")
+    ] = None,
     output: Annotated[Path, typer.Option(help="folder for results/<run-id>/")] = Path("results"),
     max_error_rate: Annotated[float, typer.Option(help="highest tolerated error rate")] = 0.01,
     seed: Annotated[int, typer.Option(help="seed of the sampler and the workload salts")] = 0,
     startup_timeout: Annotated[str, typer.Option(help="most an engine start may take")] = "300s",
-    search_space: Annotated[Path | None, typer.Option(
-        help="a search-space file instead of the engine's own")] = None,
+    search_space: Annotated[
+        Path | None, typer.Option(help="a search-space file instead of the engine's own")
+    ] = None,
 ) -> None:
     """Tune a server: baseline, then the search stages, then a confirmed recommendation."""
     if ctx.invoked_subcommand is not None:
@@ -82,8 +93,9 @@ def tune_cmd(
     if not 0 <= max_error_rate < 1:
         fail(f"--max-error-rate must be in [0, 1), got {max_error_rate}")
     if not slo:
-        typer.echo(f"autotune: no --slo given; using the default {DEFAULT_SLO} (p99 TTFT <= 2 s)",
-                   err=True)
+        typer.echo(
+            f"autotune: no --slo given; using the default {DEFAULT_SLO} (p99 TTFT <= 2 s)", err=True
+        )
     try:
         slos = parse_slos(slo or [DEFAULT_SLO])
         wl = parse_workload(workload)
@@ -104,9 +116,17 @@ def tune_cmd(
     signal.signal(signal.SIGTERM, _sigterm)
     try:
         report, out_dir = api.tune(
-            model=model, slos=slos, workload=wl, engine=engine, trials=trials,
-            time_budget_s=budget_s, output_dir=output, max_error_rate=max_error_rate,
-            seed=seed, startup_timeout_s=startup_s, space_file=search_space,
+            model=model,
+            slos=slos,
+            workload=wl,
+            engine=engine,
+            trials=trials,
+            time_budget_s=budget_s,
+            output_dir=output,
+            max_error_rate=max_error_rate,
+            seed=seed,
+            startup_timeout_s=startup_s,
+            space_file=search_space,
             command=["autotune", *sys.argv[1:]],
         )
     except api.UserError as exc:

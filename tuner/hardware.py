@@ -63,7 +63,9 @@ def _gpus() -> list[GPU]:
     try:
         out = subprocess.run(
             ["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader,nounits"],
-            capture_output=True, text=True, timeout=20,
+            capture_output=True,
+            text=True,
+            timeout=20,
         )
     except (OSError, subprocess.SubprocessError):
         return []
@@ -82,9 +84,9 @@ def detect_hardware() -> Hardware:
     return Hardware(
         hostname=platform.node(),
         cpu_model=info.get("Model name") or platform.processor() or "unknown",
-        cpu_count=len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (
-            os.cpu_count() or 1
-        ),
+        cpu_count=len(os.sched_getaffinity(0))
+        if hasattr(os, "sched_getaffinity")
+        else (os.cpu_count() or 1),
         memory_gib=psutil.virtual_memory().total / 2**30,
         l3_cache=info.get("L3 cache"),
         gpus=_gpus(),
@@ -93,10 +95,14 @@ def detect_hardware() -> Hardware:
 
 def template_context(hw: Hardware) -> dict[str, int | str]:
     """Values search-space strings may use: {cpu_list}, {last_cpu}, {n_cpus}, {n_gpus}."""
-    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(
-        range(hw.cpu_count)
+    cpus = (
+        sorted(os.sched_getaffinity(0))
+        if hasattr(os, "sched_getaffinity")
+        else list(range(hw.cpu_count))
     )
     return {
-        "cpu_list": ",".join(map(str, cpus)), "last_cpu": cpus[-1], "n_cpus": len(cpus),
+        "cpu_list": ",".join(map(str, cpus)),
+        "last_cpu": cpus[-1],
+        "n_cpus": len(cpus),
         "n_gpus": len(hw.gpus),
     }

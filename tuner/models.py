@@ -49,7 +49,9 @@ def resolve_model(spec: str) -> ResolvedModel:
     p = Path(spec).expanduser()
     if p.exists():
         if not (p / "config.json").is_file():
-            raise ModelError(f"model folder {p} has no config.json; give a Hugging Face model folder")
+            raise ModelError(
+                f"model folder {p} has no config.json; give a Hugging Face model folder"
+            )
         return ResolvedModel(spec, str(p.resolve()), True)
     if spec.count("/") == 1 and not spec.startswith((".", "/", "~")):
         return ResolvedModel(spec, spec, False)  # a hub id; the engine fetches it where it can
@@ -107,7 +109,7 @@ def _convert_gguf(gguf: Path, out: Path) -> None:
         gguf.parent, gguf_file=gguf.name, dtype=torch.bfloat16
     )
     # Drop the GGUF quantiser so the folder loads as a plain bf16 model everywhere.
-    model.hf_quantizer = None
+    setattr(model, "hf_quantizer", None)  # noqa: B010 (typed as a module in transformers)
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
     model.config.architectures = ["LlamaForCausalLM"]

@@ -49,8 +49,12 @@ def _trial_row(t: TrialReport, top: float) -> str:
 
 def _metrics_table(m: LoadMetrics) -> list[str]:
     rows = ["| metric | mean | p50 | p90 | p95 | p99 |", "| --- | --- | --- | --- | --- | --- |"]
-    for name, d in (("TTFT", m.ttft_ms), ("TPOT (time per output token)", m.tpot_ms),
-                    ("ITL", m.itl_ms), ("E2E", m.e2e_ms)):
+    for name, d in (
+        ("TTFT", m.ttft_ms),
+        ("TPOT (time per output token)", m.tpot_ms),
+        ("ITL", m.itl_ms),
+        ("E2E", m.e2e_ms),
+    ):
         rows.append(
             f"| {name} | {_ms(d.mean)} | {_ms(d.p50)} | {_ms(d.p90)} | {_ms(d.p95)} | "
             f"{_ms(d.p99)} |"
@@ -71,9 +75,14 @@ def render_markdown(r: Report) -> str:
     if rec:
         m = rec.metrics
         gain = f"**{rec.gain_vs_baseline:.2f}x** the baseline" if rec.gain_vs_baseline else ""
-        verdict = "meets every SLO" if rec.meets_slo else (
-            "provisional: fewer requests than the percentile needs" if rec.provisional and
-            rec.verdict.holds else "does NOT meet the SLOs"
+        verdict = (
+            "meets every SLO"
+            if rec.meets_slo
+            else (
+                "provisional: fewer requests than the percentile needs"
+                if rec.provisional and rec.verdict.holds
+                else "does NOT meet the SLOs"
+            )
         )
         out += [
             "## Recommendation",
@@ -85,8 +94,11 @@ def render_markdown(r: Report) -> str:
             f"- TTFT p50 / p99: **{_lat(m.ttft_ms)}**",
             f"- Time per output token p50 / p99: **{_lat(m.tpot_ms)}**",
             f"- Errors: {m.n_failed} of {m.n_requests}; client CPU {m.client_cpu_pct or 0:.0f} %"
-            + (f"; peak KV cache use {m.kv_cache_peak_pct:.0f} %"
-               if m.kv_cache_peak_pct is not None else ""),
+            + (
+                f"; peak KV cache use {m.kv_cache_peak_pct:.0f} %"
+                if m.kv_cache_peak_pct is not None
+                else ""
+            ),
             "",
             "Launch it:",
             "",

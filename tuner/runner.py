@@ -28,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import orjson
 from pydantic import BaseModel, ConfigDict
@@ -58,11 +58,16 @@ from tuner.search import Outcome, StageResult, run_stage
 from tuner.space import SearchSpace, load_space, space_path
 
 Progress = Callable[[str], None]
+RunStatus = Literal["complete", "interrupted", "failed"]
+CONFIRM_HEADROOM = 0.05  # confirm where the search saw at least 5 % margin, when it did
 SERVER_GAUGES = ("vllm:kv_cache_usage_perc", "vllm:num_requests_running")
 SERVER_COUNTERS = (
-    "vllm:request_prefill_time_seconds_sum", "vllm:request_prefill_time_seconds_count",
-    "vllm:request_decode_time_seconds_sum", "vllm:request_decode_time_seconds_count",
-    "vllm:request_queue_time_seconds_sum", "vllm:num_preemptions_total",
+    "vllm:request_prefill_time_seconds_sum",
+    "vllm:request_prefill_time_seconds_count",
+    "vllm:request_decode_time_seconds_sum",
+    "vllm:request_decode_time_seconds_count",
+    "vllm:request_queue_time_seconds_sum",
+    "vllm:num_preemptions_total",
 )
 
 
@@ -165,7 +170,7 @@ class Runner:
     # ----------------------------------------------------------------- run
     def run(self) -> Report:
         self.out.mkdir(parents=True, exist_ok=True)
-        status = "complete"
+        status: RunStatus = "complete"
         error: str | None = None
         try:
             self._prepare()
@@ -197,15 +202,18 @@ class Runner:
             f"model {model.name} ({model.path}); engine {self.engine.version()}; "
             f"{self.hw.label}; search space {path.name}"
         )
-        self.say("SLOs: " + "; ".join(self.opts.slos.labels)
-                 + f"; error rate <= {self.opts.max_error_rate:.1%}")
+        self.say(
+            "SLOs: "
+            + "; ".join(self.opts.slos.labels)
+            + f"; error rate <= {self.opts.max_error_rate:.1%}"
+        )
 
     def _load_tokenizer(self, path: str) -> Tokenizer:
         if self.tokenizer_loader:
             return self.tokenizer_loader(path)
         from transformers import AutoTokenizer
 
-        return AutoTokenizer.from_pretrained(path)  # type: ignore[no-any-return]
+        return AutoTokenizer.from_pretrained(path)  # type: ignore[return-value]
 
     # ----------------------------------------------------------------- trials
     def _spec(self, params: dict[str, Any], baseline: bool) -> LaunchSpec:
@@ -257,9 +265,14 @@ class Runner:
         tdir.mkdir(parents=True, exist_ok=True)
         label = "baseline" if baseline else f"trial {number} ({stage})"
         trial = TrialReport(
-            number=number, stage=stage, params=params,
-            args=spec.argv[spec.argv.index("--port") + 2 :], env=spec.env,
-            launch_command=spec.argv, status="failed", log_file=str(tdir / "server.log"),
+            number=number,
+            stage=stage,
+            params=params,
+            args=spec.argv[spec.argv.index("--port") + 2 :],
+            env=spec.env,
+            launch_command=spec.argv,
+            status="failed",
+            log_file=str(tdir / "server.log"),
         )
         t_start = time.monotonic()
         shown = " ".join(f"{k}={v}" for k, v in params.items()) or "engine defaults"
@@ -267,7 +280,9 @@ class Runner:
         best = self._best()
         try:
             with ServerProcess(
-                spec, tdir / "server.log", startup_timeout_s=self.opts.startup_timeout_s,
+                spec,
+                tdir / "server.log",
+                startup_timeout_s=self.opts.startup_timeout_s,
                 classify=self.engine.classify_failure,
             ) as server:
                 self.clock.engine_starts += 1
@@ -276,13 +291,16 @@ class Runner:
                 finally:
                     self.clock.startup_s += time.monotonic() - t_start
                 self.say(f"{label}: ready in {trial.startup_s:.0f} s")
-                start_c = int(best.load["concurrency"]) if best and best.load else (
-                    self.opts.start_concurrency
+                start_c = (
+                    int(best.load["concurrency"])
+                    if best and best.load
+                    else (self.opts.start_concurrency)
                 )
                 trial.warmup_s = self._warmup(server, start_c)
                 cap = find_capacity(
                     lambda c: self._point(server, trial, tdir, c, self._n_search(c), label),
-                    start=start_c, max_concurrency=self.opts.max_concurrency,
+                    start=start_c,
+                    max_concurrency=self.opts.max_concurrency,
                     abandon=None if baseline else self._abandon_rule(best),
                     max_points=7,
                 )
@@ -329,8 +347,11 @@ class Runner:
 
     def _requests(self, server: ServerProcess, n: int) -> list:
         return prepare_requests(
-            self.opts.workload, n, model=server.served_model or self.model_path,
-            tokenizer=self.tokenizer, seed=self._fresh_seed(),
+            self.opts.workload,
+            n,
+            model=server.served_model or self.model_path,
+            tokenizer=self.tokenizer,
+            seed=self._fresh_seed(),
             ignore_eos=self.engine.supports_ignore_eos,
         )
 
@@ -377,8 +398,11 @@ class Runner:
         rfile.write_bytes(b"".join(orjson.dumps(r.to_json()) + b"\n" for r in records))
         trial.points.append(
             PointReport(
-                load={"concurrency": c}, metrics=metrics, verdict=verdict,
-                records_file=str(rfile), server=server_delta,
+                load={"concurrency": c},
+                metrics=metrics,
+                verdict=verdict,
+                records_file=str(rfile),
+                server=server_delta,
             )
         )
         write_atomic(tdir / "trial.json", dump_json(trial))
@@ -419,9 +443,17 @@ class Runner:
         number = 1
         for stage in self.space.stages:
             if budget <= 0:
-                self.stage_reports.append(StageReport(
-                    name=stage.name, status="skipped", reason="no trials left in --trials",
-                    trials=[], best_params=None, best_score=None, gain=None))
+                self.stage_reports.append(
+                    StageReport(
+                        name=stage.name,
+                        status="skipped",
+                        reason="no trials left in --trials",
+                        trials=[],
+                        best_params=None,
+                        best_score=None,
+                        gain=None,
+                    )
+                )
                 continue
             before = self._best()
             score_before = before.score_tokens_per_s if before else None
@@ -431,7 +463,9 @@ class Runner:
                 known.append((stage_defaults, self._outcome(self.baseline)))
             numbers: list[int] = []
 
-            def evaluate(params: dict[str, Any], stage_name: str = stage.name) -> Outcome:
+            def evaluate(
+                params: dict[str, Any], stage_name: str = stage.name, numbers: list[int] = numbers
+            ) -> Outcome:
                 nonlocal number
                 t = self.evaluate(number, stage_name, {**carried, **params})
                 self.trials.append(t)
@@ -440,32 +474,39 @@ class Runner:
                 return self._outcome(t)
 
             result: StageResult = run_stage(
-                stage, evaluate, storage_path=self.out / "optuna.journal", n_trials=budget,
-                seed=self.opts.seed, known=known, should_stop=self._time_left_reason,
+                stage,
+                evaluate,
+                storage_path=self.out / "optuna.journal",
+                n_trials=budget,
+                seed=self.opts.seed,
+                known=known,
+                should_stop=self._time_left_reason,
             )
             budget -= result.started
             best = result.best()
             if best is not None and (score_before is None or best[1].score > score_before):
                 carried.update(best[0])
             best_trial = self._best()
-            self.stage_reports.append(StageReport(
-                name=stage.name, status="run",
-                reason=f"{result.started} configurations; stopped: {result.stopped_because}",
-                trials=numbers,
-                best_params=best_trial.params if best_trial else None,
-                best_score=best_trial.score_tokens_per_s if best_trial else None,
-                gain=(best_trial.score_tokens_per_s / score_before)
-                if best_trial and best_trial.score_tokens_per_s and score_before else None,
-            ))
+            self.stage_reports.append(
+                StageReport(
+                    name=stage.name,
+                    status="run",
+                    reason=f"{result.started} configurations; stopped: {result.stopped_because}",
+                    trials=numbers,
+                    best_params=best_trial.params if best_trial else None,
+                    best_score=best_trial.score_tokens_per_s if best_trial else None,
+                    gain=(best_trial.score_tokens_per_s / score_before)
+                    if best_trial and best_trial.score_tokens_per_s and score_before
+                    else None,
+                )
+            )
             self.say(f"stage {stage.name} done: {self.stage_reports[-1].reason}")
 
     @staticmethod
     def _outcome(t: TrialReport) -> Outcome:
         if t.status == "ok":
-            margin = t.points and min(
-                p.verdict.worst_margin for p in t.points if p.verdict.holds
-            )
-            return Outcome("ok", t.score_tokens_per_s or 0.0, float(margin or 0.0), t)
+            at_best = [p.verdict.worst_margin for p in t.points if p.load == t.load]
+            return Outcome("ok", t.score_tokens_per_s or 0.0, min(at_best, default=0.0), t)
         if t.status == "infeasible":
             m = min((p.verdict.worst_margin for p in t.points), default=1.0)
             return Outcome("infeasible", 0.0, max(m, 1e-6), t)
@@ -474,13 +515,25 @@ class Runner:
         return Outcome("failed", 0.0, 1.0, t)
 
     # ----------------------------------------------------------------- confirmation
+    def _confirm_load(self, best: TrialReport) -> int:
+        """The load to confirm at: the highest search point that held with some headroom.
+
+        Search points carry few requests, so a p99 right at the limit there is likely to break
+        with more requests (or another client); prefer the highest point that held with a
+        worst margin of at most -CONFIRM_HEADROOM, else the highest that held.
+        """
+        held = [p for p in best.points if p.verdict.holds]
+        roomy = [p for p in held if p.verdict.worst_margin <= -CONFIRM_HEADROOM]
+        pick = max(roomy or held, key=lambda p: p.load["concurrency"])
+        return int(pick.load["concurrency"])
+
     def _confirm(self) -> None:
         best = self._best()
         if best is None or best.load is None:
             self.say("no configuration met the SLOs at any load: nothing to recommend")
             self.notes.append("no configuration met the SLOs; loosen the SLOs or the workload")
             return
-        c = int(best.load["concurrency"])
+        c = self._confirm_load(best)
         label = "confirmation"
         self.say(
             f"confirming trial {best.number} from a fresh start at c={c} with "
@@ -491,7 +544,9 @@ class Runner:
         t0 = time.monotonic()
         try:
             with ServerProcess(
-                spec, cdir / "server.log", startup_timeout_s=self.opts.startup_timeout_s,
+                spec,
+                cdir / "server.log",
+                startup_timeout_s=self.opts.startup_timeout_s,
                 classify=self.engine.classify_failure,
             ) as server:
                 self.clock.engine_starts += 1
@@ -501,7 +556,8 @@ class Runner:
                     self.clock.startup_s += time.monotonic() - t0
                 self._warmup(server, c)
                 tries: list[tuple[int, LoadMetrics, Verdict]] = []
-                for _ in range(3):
+                while True:
+                    t_try = time.monotonic()
                     metrics, records, _ = self._measure(server, c, self._n_confirm(c))
                     verdict = judge(metrics, self.opts.slos, self.opts.max_error_rate)
                     (cdir / f"c{c:04d}.jsonl").write_bytes(
@@ -509,7 +565,13 @@ class Runner:
                     )
                     self.say(f"{label}: c={c:<4d} {_point_line(metrics, verdict)}")
                     tries.append((c, metrics, verdict))
-                    if verdict.holds or c == 1:
+                    if verdict.holds or c == 1 or len(tries) >= 3:
+                        break
+                    if time.monotonic() + (time.monotonic() - t_try) > self.deadline:
+                        self.notes.append(
+                            f"confirmation broke the SLOs at c={c} and the time budget left no "
+                            "room to step down: the recommendation does not meet the SLOs"
+                        )
                         break
                     # The search's shorter points were optimistic: step down and measure again.
                     c = max(1, min(c - 1, math.floor(c / (1.0 + max(verdict.worst_margin, 0.1)))))
@@ -543,13 +605,17 @@ class Runner:
         )
 
     # ----------------------------------------------------------------- report
-    def _write_report(self, status: str, error: str | None) -> Report:
+    def _write_report(self, status: RunStatus, error: str | None) -> Report:
         from tuner.render import render_markdown
 
         wl = self.opts.workload
         workload: dict[str, Any] = (
-            {"kind": "synthetic", "input_len": wl.input_len, "output_len": wl.output_len,
-             "spec": wl.label}
+            {
+                "kind": "synthetic",
+                "input_len": wl.input_len,
+                "output_len": wl.output_len,
+                "spec": wl.label,
+            }
             if isinstance(wl, SyntheticWorkload)
             else {"kind": "file", "path": wl.path, "n_items": len(wl.items)}
         )
@@ -557,7 +623,7 @@ class Runner:
         wall = c.elapsed()
         report = Report(
             run_id=self.run_id,
-            status=status,  # type: ignore[arg-type]
+            status=status,
             created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
             command=self.opts.command,
             model=self.opts.model,
@@ -566,8 +632,10 @@ class Runner:
             engine_version=self.engine.version(),
             hardware=self.hw,
             workload=workload,
-            slo=[SLOReport(metric=s.metric, percentile=s.percentile, limit_ms=s.limit_ms)
-                 for s in self.opts.slos.latency],
+            slo=[
+                SLOReport(metric=s.metric, percentile=s.percentile, limit_ms=s.limit_ms)
+                for s in self.opts.slos.latency
+            ],
             quality_slo=self.opts.slos.quality.model_dump() if self.opts.slos.quality else None,
             max_error_rate=self.opts.max_error_rate,
             options=self.opts.model_dump(
@@ -580,8 +648,11 @@ class Runner:
             stages=self.stage_reports,
             recommended=self.recommended,
             timing=Timing(
-                wall_s=wall, engine_starts=c.engine_starts, startup_s=c.startup_s,
-                warmup_s=c.warmup_s, measure_s=c.measure_s,
+                wall_s=wall,
+                engine_starts=c.engine_starts,
+                startup_s=c.startup_s,
+                warmup_s=c.warmup_s,
+                measure_s=c.measure_s,
                 other_s=max(0.0, wall - c.startup_s - c.warmup_s - c.measure_s),
             ),
             notes=self.notes,

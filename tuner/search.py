@@ -83,11 +83,12 @@ def _finite(x: float) -> float:
 
 def open_study(storage_path: Path, name: str, seed: int) -> optuna.Study:
     storage = JournalStorage(JournalFileBackend(str(storage_path)))
-    sampler = optuna.samplers.TPESampler(
-        seed=seed, n_startup_trials=3, multivariate=True
-    )
+    sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=3, multivariate=True)
     return optuna.create_study(
-        study_name=name, storage=storage, sampler=sampler, direction="maximize",
+        study_name=name,
+        storage=storage,
+        sampler=sampler,
+        direction="maximize",
         load_if_exists=True,
     )
 
@@ -131,7 +132,9 @@ def run_stage(
             continue
         study.add_trial(
             optuna.trial.create_trial(
-                params=params, distributions=dists, value=outcome.score,
+                params=params,
+                distributions=dists,
+                value=outcome.score,
                 constraints={CONSTRAINT: _finite(outcome.constraint)},
                 user_attrs={"status": "known"},
             )

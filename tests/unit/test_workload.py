@@ -72,8 +72,8 @@ def test_neither_synthetic_nor_a_file(tmp_path: Path) -> None:
 
 
 @pytest.mark.xfail(
-    reason="BUG: probes/workload.py:95 treats any spec starting with 'synthetic' as synthetic, "
-    "so a file named synthetic*.jsonl cannot be used",
+    reason="BUG: probes/workload.py:95 (parse_workload) treats any spec starting with "
+    "'synthetic' as synthetic, so a file named synthetic*.jsonl cannot be used",
     strict=True,
 )
 def test_a_file_whose_name_starts_with_synthetic_is_a_file(

@@ -112,10 +112,12 @@ def check_ready(base_url: str, served_model: str | None, timeout_s: float = 60.0
     names = [m["id"] for m in json.loads(body).get("data", [])]
     if not names:
         raise ValueError("/v1/models lists no model")
-    name = served_model if served_model in names else names[0]
+    name = str(served_model if served_model in names else names[0])
     status, body = _http(
-        "POST", base_url + "/v1/completions",
-        {"model": name, "prompt": "Hello", "max_tokens": 1, "temperature": 0.0}, timeout_s,
+        "POST",
+        base_url + "/v1/completions",
+        {"model": name, "prompt": "Hello", "max_tokens": 1, "temperature": 0.0},
+        timeout_s,
     )
     if status != 200:
         raise ValueError(f"a 1-token completion answered {status}: {body[:200]!r}")
@@ -173,8 +175,12 @@ class ServerProcess:
             # start_new_session: the server and every child it spawns share a fresh process
             # group that we own, so teardown never has to find processes by name.
             self.proc = self.popen(
-                self.spec.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                env=env, start_new_session=True,
+                self.spec.argv,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=env,
+                start_new_session=True,
             )
 
     def wait_ready(self, served_model: str | None = None, poll_s: float = 1.0) -> float:
@@ -223,10 +229,8 @@ class ServerProcess:
         if pgid is not None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(pgid, signal.SIGTERM)
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=grace_s)
-        except subprocess.TimeoutExpired:
-            pass
         if pgid is not None:
             # Children (the engine core) may outlive the leader: sweep the group regardless.
             deadline = time.monotonic() + grace_s

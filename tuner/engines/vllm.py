@@ -34,23 +34,40 @@ class VLLMEngine:
         self, model_path: str, args: list[str], env: dict[str, str], port: int
     ) -> LaunchSpec:
         argv = [
-            self.python, "-m", "vllm.entrypoints.openai.api_server",
-            "--model", model_path, "--host", HOST, "--port", str(port), *args,
+            self.python,
+            "-m",
+            "vllm.entrypoints.openai.api_server",
+            "--model",
+            model_path,
+            "--host",
+            HOST,
+            "--port",
+            str(port),
+            *args,
         ]
         return LaunchSpec(argv, dict(env))
 
     def classify_failure(self, log_tail: str, returncode: int | None) -> str:
         """A short, stable reason for the report, read from the end of the server log."""
         rules = [
-            (r"less than desired CPU memory utilization|Available memory on node",
-             "not enough free memory for the requested KV cache"),
-            (r"out of memory|OutOfMemoryError|Cannot allocate memory|std::bad_alloc",
-             "out of memory"),
-            (r"No available memory for the cache blocks|insufficient KV cache|"
-             r"larger than the available KV cache", "KV cache too small"),
+            (
+                r"less than desired CPU memory utilization|Available memory on node",
+                "not enough free memory for the requested KV cache",
+            ),
+            (
+                r"out of memory|OutOfMemoryError|Cannot allocate memory|std::bad_alloc",
+                "out of memory",
+            ),
+            (
+                r"No available memory for the cache blocks|insufficient KV cache|"
+                r"larger than the available KV cache",
+                "KV cache too small",
+            ),
             (r"error: unrecognized arguments|error: argument", "bad engine arguments"),
-            (r"max_num_batched_tokens.*(smaller|must be)|ValidationError|Value error",
-             "invalid engine configuration"),
+            (
+                r"max_num_batched_tokens.*(smaller|must be)|ValidationError|Value error",
+                "invalid engine configuration",
+            ),
             (r"not supported|NotImplementedError|Unsupported", "unsupported on this build"),
             (r"No module named", "engine not installed"),
         ]
