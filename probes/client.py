@@ -184,8 +184,8 @@ class LoadClient:
         ]
 
         async def fire(req: PreparedRequest, rec: RequestRecord) -> None:
-            delay = rec.t_sched - self.clock()
-            if delay > 0:
+            # Timers may wake a little early: never send before the scheduled time.
+            while (delay := rec.t_sched - self.clock()) > 0:
                 await asyncio.sleep(delay)
             await self._one(session, req, rec)
 

@@ -192,7 +192,12 @@ def judge(metrics: LoadMetrics, slos: SLOSet, max_error_rate: float) -> Verdict:
     for slo in slos.latency:
         d: Dist = getattr(metrics, f"{slo.metric}_ms")
         value = d.at(slo.percentile)
-        m = margin(value, slo.limit_ms) if value is not None else math.inf
+        if value is not None:
+            m = margin(value, slo.limit_ms)
+        else:
+            # No samples of the metric although requests completed (e.g. one-token outputs have
+            # no TPOT): nothing broke it, as the per-request goodput check also says.
+            m = -1.0 if metrics.n_completed > 0 else math.inf
         checks.append(
             SLOCheck(
                 metric=slo.metric,

@@ -92,7 +92,7 @@ def parse_workload(spec: str) -> Workload:
     Raises:
         WorkloadError: naming the bad spec, key or line number.
     """
-    if spec.startswith("synthetic"):
+    if spec == "synthetic" or spec.startswith("synthetic:"):
         body = spec[len("synthetic") :].lstrip(":")
         values: dict[str, int] = {}
         for part in filter(None, body.split(",")):

@@ -314,13 +314,6 @@ UVLOOP = importlib.util.find_spec("uvloop") is not None
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.xfail(
-    UVLOOP,
-    reason="BUG: probes/client.py:187-189 (LoadClient._open.fire) sleeps once for the delay; "
-    "uvloop's millisecond timers wake up to ~1 ms early, so requests go out before their "
-    "scheduled time",
-    strict=True,
-)
 def test_open_loop_never_sends_before_the_schedule(server: FakeOpenAIServer) -> None:
     result = run_load(LoadClient(server.base_url), file_requests(60), rate_rps=300.0, seed=3)
     early = [r.t_sched - r.t_send for r in result.records if r.t_send < r.t_sched]

@@ -184,7 +184,7 @@ CONFIG_LOG = "\n".join(
         (
             CPU_MEMORY_LOG,
             "not enough free memory for the requested KV cache",
-            "RuntimeError: Engine core initialization failed",
+            "ValueError: Available memory on node 0 (6.37/7.84 GiB)",
         ),
         (CUDA_OOM_LOG, "out of memory", "torch.OutOfMemoryError: CUDA out of memory"),
         (
@@ -193,7 +193,11 @@ CONFIG_LOG = "\n".join(
             "api_server.py: error: unrecognized arguments: --foo",
         ),
         (KV_CACHE_LOG, "KV cache too small", "ValueError: To serve at least one request"),
-        (CONFIG_LOG, "invalid engine configuration", "ValidationError"),
+        (
+            CONFIG_LOG,
+            "invalid engine configuration",
+            "max_num_batched_tokens (256) is smaller than max_model_len (8192)",
+        ),
         (
             "ModuleNotFoundError: No module named 'vllm'\n",
             "engine not installed",

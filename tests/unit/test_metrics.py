@@ -338,3 +338,11 @@ def test_no_completed_request_fails_every_latency_slo() -> None:
     assert not v.checks[0].holds
     assert v.checks[0].measured_ms is None
     assert not v.holds
+
+
+def test_a_tpot_slo_with_single_token_outputs_holds_as_goodput_says() -> None:
+    rs = [rec(i, t_sched=float(i), chunks=[i + 0.1], n_out=1) for i in range(10)]
+    slos = parse_slos(["tpot@p50=50ms"])
+    m = summarize(rs, slos)
+    assert m.slo_attainment == 1.0  # every request meets the SLO
+    assert judge(m, slos, max_error_rate=0.01).holds

@@ -227,12 +227,6 @@ def test_an_exception_inside_the_with_block_still_stops_the_group(
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.xfail(
-    reason="BUG: tuner/engines/base.py:226 (ServerProcess.stop) finds the group with "
-    "os.getpgid(proc.pid), which fails once the dead leader was reaped by poll(); the "
-    "group's surviving children are then never signalled",
-    strict=True,
-)
 def test_children_of_a_server_that_died_at_start_are_stopped(
     tmp_path: Path, groups: list[int]
 ) -> None:

@@ -71,11 +71,6 @@ def test_neither_synthetic_nor_a_file(tmp_path: Path) -> None:
         parse_workload(str(missing))
 
 
-@pytest.mark.xfail(
-    reason="BUG: probes/workload.py:95 (parse_workload) treats any spec starting with "
-    "'synthetic' as synthetic, so a file named synthetic*.jsonl cannot be used",
-    strict=True,
-)
 def test_a_file_whose_name_starts_with_synthetic_is_a_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

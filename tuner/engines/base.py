@@ -222,13 +222,13 @@ class ServerProcess:
         proc, self.proc = self.proc, None
         if proc is None:
             return
+        # start_new_session made the leader's pid the group id; ask no one else, since a leader
+        # already reaped (it died at start-up) can no longer be looked up, its children can.
+        pgid: int | None = proc.pid
         try:
-            pgid = os.getpgid(proc.pid)
+            os.killpg(proc.pid, signal.SIGTERM)
         except ProcessLookupError:
             pgid = None
-        if pgid is not None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(pgid, signal.SIGTERM)
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=grace_s)
         if pgid is not None:

@@ -72,17 +72,22 @@ class VLLMEngine:
             (r"No module named", "engine not installed"),
         ]
         for pattern, reason in rules:
-            if re.search(pattern, log_tail, re.IGNORECASE):
-                detail = _last_error_line(log_tail)
-                return f"{reason} ({detail})" if detail else reason
+            found = [ln for ln in log_tail.splitlines() if re.search(pattern, ln, re.IGNORECASE)]
+            if found:
+                return f"{reason} ({_clean(found[-1])})"
         detail = _last_error_line(log_tail)
         return f"exited with code {returncode}" + (f" ({detail})" if detail else "")
+
+
+def _clean(line: str) -> str:
+    """A log line without vLLM's process/level/time prefix, cut to a readable length."""
+    s = re.sub(r"^\(\w+ pid=\d+\)\s*(\w+\s+\S+\s+\S+\s+\[[^\]]*\]\s*)?", "", line.strip())
+    return s[:300]
 
 
 def _last_error_line(log: str) -> str:
     for line in reversed(log.splitlines()):
         s = line.strip()
         if re.search(r"(Error|Exception|error:)", s) and "Traceback" not in s:
-            s = re.sub(r"^\(\w+ pid=\d+\)\s*(ERROR\s+\S+\s+\S+\s+\[[^\]]*\]\s*)?", "", s)
-            return s[:300]
+            return _clean(s)
     return ""
