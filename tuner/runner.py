@@ -218,11 +218,14 @@ class Runner:
     # ----------------------------------------------------------------- trials
     def _spec(self, params: dict[str, Any], baseline: bool) -> LaunchSpec:
         assert self.space is not None
+        common = self.space.common
         if baseline:
             args, env = list(self.space.baseline.args), dict(self.space.baseline.env)
         else:
             emit = self.space.render(params, self.ctx)
             args, env = emit.args, emit.env
+        args = [*common.args, *args]
+        env = {**common.env, **env}
         return self.engine.launch_spec(self.model_path, args, env, free_port())
 
     def _best(self) -> TrialReport | None:
@@ -435,8 +438,8 @@ class Runner:
     def _search(self) -> None:
         assert self.space is not None
         self.baseline = self.evaluate(0, "baseline", {})
-        if self.space.baseline.reason:
-            self.notes.append(f"baseline: {self.space.baseline.reason}")
+        if self.space.common.reason:
+            self.notes.append(f"every launch: {self.space.common.reason}")
         defaults = {k.name: k.default for k in self.space.knobs().values()}
         carried: dict[str, Any] = {}
         budget = self.opts.trials

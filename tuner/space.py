@@ -144,7 +144,8 @@ class Stage(BaseModel):
 
 
 class Baseline(BaseModel):
-    """What the baseline sets beyond the engine's own defaults, and why (empty: pure defaults)."""
+    """Launch settings with their reason: what the baseline sets beyond the engine's own
+    defaults (``baseline``), or what every launch sets, the baseline included (``common``)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -160,6 +161,7 @@ class SearchSpace(BaseModel):
     device: Literal["cpu", "cuda"]
     description: str = ""
     baseline: Baseline = Field(default_factory=Baseline)
+    common: Baseline = Field(default_factory=Baseline)
     stages: list[Stage]
 
     @model_validator(mode="after")
