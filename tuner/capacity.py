@@ -75,6 +75,7 @@ def find_capacity(
     max_points: int = 7,
     saturation_gain: float = 1.03,
     abandon: Callable[[PointOutcome], str | None] | None = None,
+    should_stop: Callable[[], str | None] = lambda: None,
 ) -> CapacityResult:
     """Find the highest concurrency whose point holds every SLO.
 
@@ -85,61 +86,63 @@ def find_capacity(
         max_points: the most load points to measure.
         saturation_gain: stop climbing when throughput grew by less than this factor.
         abandon: after the first point, a reason to give up on this configuration, or None.
+        should_stop: checked before every point after the first (the run's time budget); a
+            reason stops the search with what it has, recorded in ``abandoned`` when nothing
+            held yet.
     """
     start = max(1, min(start, max_concurrency))
     res = CapacityResult(best=None)
+    held: list[PointOutcome] = []
+    failed: list[PointOutcome] = []
     by_c: dict[int, PointOutcome] = {}
 
     def run(c: int) -> PointOutcome:
-        p = measure(c)
-        by_c[c] = p
-        res.points.append(p)
-        return p
+        if res.points and (why := should_stop()):
+            raise _Stop(why)
+        q = measure(c)
+        by_c[c] = q
+        res.points.append(q)
+        (held if q.holds else failed).append(q)
+        return q
 
-    p = run(start)
-    if abandon is not None and (why := abandon(p)):
-        res.abandoned = why
-        res.best = p if p.holds else None
-        return res
-
-    held = [p] if p.holds else []
-    failed = [] if p.holds else [p]
-    # Phase 1: bracket.
-    while len(res.points) < max_points:
-        if failed and held:
-            break
-        if held:
-            top = max(held, key=lambda q: q.concurrency)
-            prev = [q for q in held if q.concurrency < top.concurrency]
-            saturated = prev and top.output_tokens_per_s < saturation_gain * max(
-                q.output_tokens_per_s for q in prev
-            )
+    def next_concurrency() -> int | None:
+        """The next load to measure, or None when the capacity is found well enough."""
+        if len(res.points) >= max_points:
+            return None
+        top = max(held, key=lambda q: q.concurrency) if held else None
+        above = [q for q in failed if top is None or q.concurrency > top.concurrency]
+        if top is not None and above:  # bracketed: refine
+            hi = min(above, key=lambda q: q.concurrency)
+            if hi.concurrency <= top.concurrency * resolution:
+                return None
+            c = _interpolate(top, hi) if hi.concurrency - top.concurrency > 1 else None
+        elif top is not None:  # everything held so far: climb unless saturated
+            prev = [q.output_tokens_per_s for q in held if q.concurrency < top.concurrency]
+            saturated = bool(prev) and top.output_tokens_per_s < saturation_gain * max(prev)
             if top.concurrency >= max_concurrency or saturated:
-                break
+                return None
             c = _next_up(top, growth, max_concurrency)
-        else:
+        else:  # everything failed so far: descend
             low = min(failed, key=lambda q: q.concurrency)
-            if low.concurrency <= 1:
-                break
-            c = max(1, low.concurrency // 2)
-        if c in by_c:
-            break
-        q = run(c)
-        (held if q.holds else failed).append(q)
-    # Phase 2: refine between the highest held and the lowest failed above it.
-    while held and failed and len(res.points) < max_points:
-        lo = max(held, key=lambda q: q.concurrency)
-        above = [q for q in failed if q.concurrency > lo.concurrency]
-        if not above:
-            break
-        hi = min(above, key=lambda q: q.concurrency)
-        if hi.concurrency <= lo.concurrency * resolution or hi.concurrency - lo.concurrency <= 1:
-            break
-        c = _interpolate(lo, hi)
-        if c in by_c:
-            break
-        q = run(c)
-        (held if q.holds else failed).append(q)
+            c = max(1, low.concurrency // 2) if low.concurrency > 1 else None
+        return None if c is None or c in by_c else c
+
+    first = run(start)
+    if abandon is not None and (why := abandon(first)):
+        res.abandoned = why
+        res.best = first if first.holds else None
+        return res
+    try:
+        while (c := next_concurrency()) is not None:
+            run(c)
+    except _Stop as stop:
+        if not held:
+            res.abandoned = stop.reason
     if held:
         res.best = max(held, key=lambda q: q.concurrency)
     return res
+
+
+class _Stop(Exception):
+    def __init__(self, reason: str) -> None:
+        self.reason = reason

@@ -10,6 +10,7 @@ import platform
 import re
 import shutil
 import subprocess
+import sys
 
 import psutil
 from pydantic import BaseModel, ConfigDict
@@ -94,7 +95,8 @@ def detect_hardware() -> Hardware:
 
 
 def template_context(hw: Hardware) -> dict[str, int | str]:
-    """Values search-space strings may use: {cpu_list}, {last_cpu}, {n_cpus}, {n_gpus}."""
+    """Values search-space strings may use: {cpu_list}, {last_cpu}, {n_cpus}, {n_gpus} and
+    {prefix} (this Python environment's prefix, where engines installed as packages live)."""
     cpus = (
         sorted(os.sched_getaffinity(0))
         if hasattr(os, "sched_getaffinity")
@@ -105,4 +107,5 @@ def template_context(hw: Hardware) -> dict[str, int | str]:
         "last_cpu": cpus[-1],
         "n_cpus": len(cpus),
         "n_gpus": len(hw.gpus),
+        "prefix": sys.prefix,
     }

@@ -20,7 +20,14 @@ def _lat(d: Dist) -> str:
     return f"{_ms(d.p50)} / {_ms(d.p99)}"
 
 
-def _params(p: dict[str, Any]) -> str:
+def _params(p: dict[str, Any], defaults: dict[str, Any] | None = None) -> str:
+    """Settings as text; with ``defaults``, only those that differ from the engine's own."""
+    if defaults is not None:
+        changed = {k: v for k, v in p.items() if k not in defaults or defaults[k] != v}
+        if not changed:
+            return "the engine's defaults"
+        rest = " (the rest at the engine's defaults)" if len(changed) < len(p) else ""
+        return ", ".join(f"{k}={v}" for k, v in changed.items()) + rest
     return ", ".join(f"{k}={v}" for k, v in p.items()) or "defaults"
 
 
@@ -33,7 +40,7 @@ def _bar(value: float, top: float, width: int = 24) -> str:
     return "█" * n + "·" * (width - n)
 
 
-def _trial_row(t: TrialReport, top: float) -> str:
+def _trial_row(t: TrialReport, top: float, defaults: dict[str, Any]) -> str:
     m = t.metrics
     score = t.score_tokens_per_s or 0.0
     load = f"c={int(t.load['concurrency'])}" if t.load else "-"
@@ -41,8 +48,9 @@ def _trial_row(t: TrialReport, top: float) -> str:
     tpot = _lat(m.tpot_ms) if m else "-"
     why = f" {t.error}" if t.error else ""
     start = f"{t.startup_s:.0f} s" if t.startup_s is not None else "-"
+    settings = _params(t.params, defaults) if t.params else "baseline"
     return (
-        f"| {t.number} | {t.stage} | {_params(t.params)} | {t.status}{why} | {load} | "
+        f"| {t.number} | {t.stage} | {settings} | {t.status}{why} | {load} | "
         f"{score:.0f} `{_bar(score, top)}` | {ttft} | {tpot} | {start} |"
     )
 
@@ -75,21 +83,18 @@ def render_markdown(r: Report) -> str:
     if rec:
         m = rec.metrics
         gain = f"**{rec.gain_vs_baseline:.2f}x** the baseline" if rec.gain_vs_baseline else ""
-        verdict = (
-            "meets every SLO"
-            if rec.meets_slo
-            else (
-                "provisional: fewer requests than the percentile needs"
-                if rec.provisional and rec.verdict.holds
-                else "does NOT meet the SLOs"
-            )
-        )
+        if rec.meets_slo:
+            verdict = "meets every SLO"
+        elif rec.provisional and rec.verdict.holds:
+            verdict = "holds, but provisionally: fewer requests than the percentile needs"
+        else:
+            verdict = "does NOT meet the SLOs"
         out += [
             "## Recommendation",
             "",
             f"**{m.output_tokens_per_s:.0f} output tokens/s** at concurrency "
-            f"{int(rec.load['concurrency'])} ({gain}); {verdict}, confirmed with "
-            f"{rec.n_requests} requests after a fresh start.",
+            f"{int(rec.load['concurrency'])} ({gain}): {verdict}, measured with "
+            f"{rec.n_requests} requests after a fresh start from the launch command below.",
             "",
             f"- TTFT p50 / p99: **{_lat(m.ttft_ms)}**",
             f"- Time per output token p50 / p99: **{_lat(m.tpot_ms)}**",
@@ -106,7 +111,7 @@ def render_markdown(r: Report) -> str:
             shell_command(rec.launch_command, rec.env),
             "```",
             "",
-            f"Settings: {_params(rec.params)}.",
+            f"Settings changed from the engine's defaults: {_params(rec.params, r.knob_defaults)}.",
             "",
             *_metrics_table(m),
             "",
@@ -117,7 +122,8 @@ def render_markdown(r: Report) -> str:
         out += [
             "## Baseline",
             "",
-            f"{r.baseline_note}. Score {base.score_tokens_per_s or 0:.0f} output tokens/s"
+            f"{r.baseline_note.rstrip('.')}. Score {base.score_tokens_per_s or 0:.0f} "
+            "output tokens/s"
             + (f" at concurrency {int(base.load['concurrency'])}" if base.load else "")
             + f" ({base.status}).",
             "",
@@ -132,7 +138,7 @@ def render_markdown(r: Report) -> str:
         "",
         "| # | stage | settings | status | load | score (tok/s) | TTFT | TPOT | start-up |",
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
-        *(_trial_row(t, top) for t in allt),
+        *(_trial_row(t, top, r.knob_defaults) for t in allt),
         "",
     ]
     if r.stages:

@@ -114,6 +114,7 @@ class Report(Strict):
     quality_slo: dict[str, Any] | None
     max_error_rate: float
     options: dict[str, Any]
+    knob_defaults: dict[str, Any] = {}  # the engine's own value of each knob, where known
     baseline: TrialReport | None
     baseline_note: str
     trials: list[TrialReport]

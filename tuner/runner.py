@@ -306,6 +306,7 @@ class Runner:
                     max_concurrency=self.opts.max_concurrency,
                     abandon=None if baseline else self._abandon_rule(best),
                     max_points=7,
+                    should_stop=self._points_time_left,
                 )
                 self._score(trial, cap)
         except EngineStartError as exc:
@@ -433,6 +434,12 @@ class Runner:
                 f"time budget: {left:.0f} s left, a trial and the confirmation need about "
                 f"{need:.0f} s"
             )
+        return None
+
+    def _points_time_left(self) -> str | None:
+        """Stop a capacity search early when the budget must keep time for the confirmation."""
+        if time.monotonic() + self._confirm_estimate_s() > self.deadline:
+            return "time budget: stopped measuring to keep time for the confirmation"
         return None
 
     def _search(self) -> None:
@@ -644,6 +651,9 @@ class Runner:
             options=self.opts.model_dump(
                 mode="json", exclude={"slos", "workload", "command", "model", "engine"}
             ),
+            knob_defaults={k.name: k.default for k in self.space.knobs().values()}
+            if self.space
+            else {},
             baseline=self.baseline,
             baseline_note=(self.space.baseline.reason if self.space else "")
             or "the engine's own defaults",

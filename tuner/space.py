@@ -9,7 +9,8 @@ How a knob value is rendered:
   ``flag_false`` (if any) when false;
 - ``env: VLLM_CPU_KVCACHE_SPACE`` -> ``{"VLLM_CPU_KVCACHE_SPACE": "4"}`` (bools as 1/0);
 - a categorical with ``options`` maps each choice to its own ``args`` and ``env``.
-Strings may use ``{last_cpu}``, ``{n_cpus}`` and ``{n_gpus}``, filled from the machine.
+Strings may use ``{cpu_list}``, ``{last_cpu}``, ``{n_cpus}``, ``{n_gpus}`` and ``{prefix}``,
+filled from the machine (tuner.hardware.template_context).
 """
 
 from __future__ import annotations

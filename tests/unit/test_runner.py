@@ -1,0 +1,187 @@
+"""The whole tuning loop on a fake engine: tests/fakes/openai_server.py started as a real process.
+
+The fake's batch limit (``--max-concurrent``) is the knob, so its capacity under a TTFT SLO is
+known in shape: requests beyond the limit queue, and TTFT grows with the queue.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from probes.slo import parse_slos
+from probes.workload import parse_workload
+from tuner.engines.base import HOST, LaunchSpec
+from tuner.hardware import Hardware
+from tuner.runner import Runner, TuneOptions
+
+ROOT = Path(__file__).resolve().parents[2]
+FAKE = ROOT / "tests" / "fakes" / "openai_server.py"
+
+SPACE = """
+engine: fake
+device: cpu
+baseline:
+  args: [--max-concurrent, "2"]
+  reason: the fake's default batch limit
+common:
+  args: [--itl-ms, "10"]
+stages:
+  - name: batching
+    knobs:
+      - name: max_concurrent
+        type: int
+        low: 1
+        high: 16
+        default: 2
+        flag: --max-concurrent
+      - name: broken
+        type: bool
+        default: false
+        flag: --fail-start
+    candidates:
+      - {max_concurrent: 8, broken: false}
+      - {max_concurrent: 8, broken: true}
+"""
+
+
+class FakeEngine:
+    name = "fake"
+    supports_ignore_eos = False
+    metrics_path: str | None = "/metrics"
+
+    def version(self) -> str:
+        return "fake 1.0"
+
+    def launch_spec(
+        self, model_path: str, args: list[str], env: dict[str, str], port: int
+    ) -> LaunchSpec:
+        argv = [sys.executable, str(FAKE), "--model", model_path, "--host", HOST]
+        return LaunchSpec([*argv, "--port", str(port), *args], dict(env))
+
+    def classify_failure(self, log_tail: str, returncode: int | None) -> str:
+        return "fake failure" if "Available memory" in log_tail else f"exit {returncode}"
+
+
+def _options(tmp_path: Path, **kw: object) -> TuneOptions:
+    model = tmp_path / "model"
+    model.mkdir(exist_ok=True)
+    (model / "config.json").write_text("{}")
+    space = tmp_path / "fake.yaml"
+    space.write_text(SPACE)
+    wl = tmp_path / "wl.jsonl"
+    wl.write_text(
+        "\n".join(json.dumps({"prompt": f"hello {i}", "max_tokens": 8}) for i in range(5))
+    )
+    base: dict[str, object] = dict(
+        model=str(model),
+        engine="fake",
+        slos=parse_slos(["ttft=300ms"]),
+        workload=parse_workload(str(wl)),
+        trials=2,
+        output_dir=tmp_path / "results",
+        space_file=space,
+        start_concurrency=2,
+        max_concurrency=32,
+        search_min_requests=16,
+        search_requests_per_slot=2,
+        confirm_requests=60,
+        startup_timeout_s=30,
+    )
+    base.update(kw)
+    return TuneOptions(**base)  # type: ignore[arg-type]
+
+
+HW = Hardware(hostname="h", cpu_model="fake", cpu_count=2, memory_gib=1.0)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.killpg(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+
+
+@pytest.mark.timeout(120)
+def test_tuning_loop_end_to_end_on_a_fake_engine(tmp_path: Path) -> None:
+    lines: list[str] = []
+    runner = Runner(_options(tmp_path), lines.append, engine=FakeEngine(), hardware=HW)
+    report = runner.run()
+    data = json.loads((runner.out / "report.json").read_text())
+    assert data["status"] == "complete" == report.status
+    assert (runner.out / "report.md").read_text().startswith("# autotune report")
+    assert (runner.out / "optuna.journal").stat().st_size > 0
+    base = data["baseline"]
+    assert base["status"] == "ok" and base["args"] == ["--itl-ms", "10", "--max-concurrent", "2"]
+    # Both enqueued candidates ran: one better than the baseline, one that cannot start.
+    t1, t2 = data["trials"]
+    assert t1["params"] == {"max_concurrent": 8, "broken": False}
+    assert t1["status"] == "ok"
+    assert t1["score_tokens_per_s"] > base["score_tokens_per_s"]
+    assert t2["status"] == "failed" and "fake failure" in t2["error"]
+    assert data["timing"]["engine_starts"] == 4  # baseline, two trials, confirmation
+    rec = data["recommended"]
+    assert rec["from_trial"] == 1
+    assert rec["launch_command"][:2] == [sys.executable, str(FAKE)]
+    assert "--port" in rec["launch_command"]
+    assert rec["gain_vs_baseline"] > 1
+    assert rec["n_requests"] == rec["metrics"]["n_requests"] >= 60
+    assert rec["verdict"]["holds"] is True
+    assert rec["provisional"] is True and rec["meets_slo"] is False  # 60 < 459 for p99
+    # Every load point was kept with its records, one line per request.
+    for t in [base, t1]:
+        for p in t["points"]:
+            n = len(Path(p["records_file"]).read_text().splitlines())
+            assert n == p["metrics"]["n_requests"]
+    assert any("trial 1" in line and "capacity" in line for line in lines)
+    assert data["stages"][0]["name"] == "batching" and data["stages"][0]["trials"] == [1, 2]
+
+
+@pytest.mark.timeout(120)
+def test_interrupt_writes_the_report_and_stops_the_engine(tmp_path: Path) -> None:
+    started: list[int] = []
+
+    class Interrupting(FakeEngine):
+        def launch_spec(self, *a: object, **k: object) -> LaunchSpec:
+            spec = super().launch_spec(*a, **k)  # type: ignore[arg-type]
+            return LaunchSpec([*spec.argv, "--spawn-child"], spec.env)
+
+    def progress(line: str) -> None:
+        if "c=" in line and "baseline" in line:  # a point measured on a live engine
+            raise KeyboardInterrupt
+
+    runner = Runner(_options(tmp_path), progress, engine=Interrupting(), hardware=HW)
+    real_start = __import__("tuner.engines.base", fromlist=["ServerProcess"]).ServerProcess.start
+
+    def spy(self):  # type: ignore[no-untyped-def]
+        real_start(self)
+        started.append(self.proc.pid)
+
+    import tuner.engines.base as base_mod
+
+    base_mod.ServerProcess.start = spy  # type: ignore[method-assign]
+    try:
+        report = runner.run()
+    finally:
+        base_mod.ServerProcess.start = real_start  # type: ignore[method-assign]
+    assert report.status == "interrupted"
+    data = json.loads((runner.out / "report.json").read_text())
+    assert data["status"] == "interrupted"
+    assert data["baseline"] is None or data["baseline"]["points"]
+    assert started and not any(_alive(pid) for pid in started)
+
+
+@pytest.mark.timeout(60)
+def test_no_load_meets_the_slo_gives_no_recommendation(tmp_path: Path) -> None:
+    opts = _options(tmp_path, slos=parse_slos(["ttft=1ms"]), trials=0)
+    runner = Runner(opts, lambda m: None, engine=FakeEngine(), hardware=HW)
+    report = runner.run()
+    assert report.status == "complete"
+    assert report.baseline is not None and report.baseline.status == "infeasible"
+    assert report.recommended is None
+    assert any("no configuration met the SLOs" in n for n in report.notes)
