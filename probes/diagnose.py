@@ -1,0 +1,216 @@
+"""The probe's diagnosis of a running server: where the time goes, and what can pay off.
+
+Sweeps, each a few requests on the live server (fresh salts, so no prefix-cache help):
+
+1. TTFT against prompt length at concurrency 1 (output 2 tokens): the prefill rate in
+   tokens/s is the inverse of the least-squares slope of TTFT over prompt tokens.
+2. TPOT and output tokens/s against concurrency with the user's workload lengths: how decoding
+   scales with the batch.
+3. The split of time between prefill and decoding at the user's load: from the client (TTFT
+   against E2E - TTFT) and, where the server exposes them, from deltas of vLLM's
+   ``vllm:request_prefill_time_seconds`` and ``vllm:request_decode_time_seconds`` around it.
+4. Roofline context (probes/roofline.py): copy bandwidth and bf16 matmul throughput measured on
+   the device, the model's weight bytes, the last-level cache.
+
+Then probes/verdict.py decides. Everything measured is kept in the result, beside the verdict.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from probes.client import LoadClient, run_load
+from probes.metrics import LoadMetrics, summarize
+from probes.roofline import DeviceRates, ModelSize, measure_device, model_size, parse_cache_bytes
+from probes.server_metrics import delta, fetch_snapshot
+from probes.verdict import Verdict, decide
+from probes.workload import SyntheticWorkload, Tokenizer, Workload, prepare_requests
+
+PREFILL = "vllm:request_prefill_time_seconds_sum"
+DECODE = "vllm:request_decode_time_seconds_sum"
+
+
+class SweepPoint(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    prompt_tokens: int
+    output_tokens: int
+    concurrency: int
+    n_requests: int
+    ttft_ms_p50: float | None
+    tpot_ms_p50: float | None
+    e2e_ms_p50: float | None
+    output_tokens_per_s: float
+
+
+class Diagnosis(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    prefill_sweep: list[SweepPoint]
+    prefill_rate_tokens_per_s: float | None
+    decode_sweep: list[SweepPoint]
+    load_concurrency: int
+    client_prefill_share: float | None
+    server_prefill_share: float | None
+    server_split_s: dict[str, float] | None
+    device: DeviceRates | None
+    model: ModelSize | None
+    llc_bytes: int | None
+    verdict: Verdict
+
+
+def _point(m: LoadMetrics, prompt: int, out: int, c: int) -> SweepPoint:
+    return SweepPoint(
+        prompt_tokens=prompt,
+        output_tokens=out,
+        concurrency=c,
+        n_requests=m.n_requests,
+        ttft_ms_p50=m.ttft_ms.p50,
+        tpot_ms_p50=m.tpot_ms.p50,
+        e2e_ms_p50=m.e2e_ms.p50,
+        output_tokens_per_s=m.output_tokens_per_s,
+    )
+
+
+def prefill_rate(points: list[SweepPoint]) -> float | None:
+    """Tokens/s from the least-squares slope of TTFT (ms) over prompt tokens."""
+    pts = [(float(p.prompt_tokens), p.ttft_ms_p50) for p in points if p.ttft_ms_p50 is not None]
+    if len({x for x, _ in pts}) < 2:
+        return None
+    slope = statistics.linear_regression([x for x, _ in pts], [y for _, y in pts]).slope
+    return 1000.0 / slope if slope > 0 else None
+
+
+def run_diagnosis(
+    client: LoadClient,
+    *,
+    served_model: str,
+    tokenizer: Tokenizer | None,
+    workload: Workload,
+    load_concurrency: int,
+    max_model_len: int | None = None,
+    metrics_path: str | None = "/metrics",
+    model_dir: str | None = None,
+    llc_text: str | None = None,
+    device: str = "cpu",
+    seed: int = 0,
+    ignore_eos: bool = True,
+    progress: Callable[[str], None] = lambda m: None,
+    measure_roofline: bool = True,
+) -> Diagnosis:
+    """Run the sweeps on the server ``client`` points at and decide (module docstring)."""
+    seeds = iter(range(seed * 1000 + 1, seed * 1000 + 1000))
+    if isinstance(workload, SyntheticWorkload):
+        in_len, out_len = workload.input_len, workload.output_len
+    else:
+        in_len, out_len = 128, 64
+
+    def measure(wl: Workload, n: int, c: int) -> LoadMetrics:
+        reqs = prepare_requests(
+            wl, n, model=served_model, tokenizer=tokenizer, seed=next(seeds), ignore_eos=ignore_eos
+        )
+        res = run_load(client, reqs, concurrency=c)
+        return summarize(res.records, client_cpu_pct=res.client_cpu_pct)
+
+    # 1. Prefill: TTFT against prompt length, one request at a time.
+    limit = (max_model_len or 4096) - 16
+    lengths = sorted({min(n, limit) for n in (64, 256, 1024)} | {min(in_len, limit)})
+    prefill: list[SweepPoint] = []
+    if tokenizer is not None:
+        for n_tok in lengths:
+            m = measure(SyntheticWorkload(input_len=n_tok, output_len=2), 3, 1)
+            prefill.append(_point(m, n_tok, 2, 1))
+            progress(f"probe: prefill {n_tok:5d} tokens: TTFT p50 {m.ttft_ms.p50 or 0:.0f} ms")
+    rate = prefill_rate(prefill)
+
+    # 2. Decode scaling with the user's lengths.
+    wl = (
+        workload
+        if not isinstance(workload, SyntheticWorkload)
+        else SyntheticWorkload(input_len=in_len, output_len=out_len)
+    )
+    concs = sorted({1, 4, max(1, load_concurrency)})
+    decode: list[SweepPoint] = []
+    split_s: dict[str, float] | None = None
+    client_share = server_share = None
+    for c in concs:
+        before = _snap(client.base_url, metrics_path) if c == concs[-1] else None
+        m = measure(wl, max(2 * c, 4), c)
+        decode.append(_point(m, in_len, out_len, c))
+        progress(
+            f"probe: decode at c={c:<3d} TPOT p50 {m.tpot_ms.p50 or 0:.1f} ms, "
+            f"{m.output_tokens_per_s:.0f} tokens/s"
+        )
+        if c == concs[-1]:
+            # 3. The split at the user's load.
+            if m.e2e_ms.mean and m.ttft_ms.mean is not None:
+                client_share = m.ttft_ms.mean / m.e2e_ms.mean
+            after = _snap(client.base_url, metrics_path)
+            if before is not None and after is not None:
+                d = delta(before, after)
+                pre, dec = d.get(PREFILL), d.get(DECODE)
+                if pre is not None and dec is not None and pre + dec > 0:
+                    split_s = {"prefill_s": pre, "decode_s": dec}
+                    server_share = pre / (pre + dec)
+
+    # 4. Roofline.
+    size = model_size(model_dir) if model_dir else None
+    llc = parse_cache_bytes(llc_text)
+    rates = None
+    if measure_roofline:
+        rates = measure_device(device, llc_bytes=llc)
+        progress(
+            f"probe: {device} copy {rates.memory_bandwidth_gbps:.1f} GB/s, bf16 matmul "
+            f"{rates.matmul_tflops * 1000:.0f} GFLOP/s"
+        )
+    tpot1 = next((p.tpot_ms_p50 for p in decode if p.concurrency == 1), None)
+    first, last = decode[0], decode[-1]
+    gain = (
+        last.output_tokens_per_s / first.output_tokens_per_s
+        if first.output_tokens_per_s > 0 and len(decode) > 1
+        else None
+    )
+    growth = (
+        last.tpot_ms_p50 / first.tpot_ms_p50
+        if first.tpot_ms_p50 and last.tpot_ms_p50 and len(decode) > 1
+        else None
+    )
+    share, source = (
+        (server_share, "server") if server_share is not None else (client_share or 0.0, "client")
+    )
+    verdict = decide(
+        prefill_share=share,
+        split_source=source,  # type: ignore[arg-type]
+        tpot_c1_ms=tpot1,
+        weight_bytes=size.weight_bytes if size else None,
+        bandwidth_gbps=rates.memory_bandwidth_gbps if rates else None,
+        llc_bytes=llc,
+        batching_gain=gain,
+        tpot_growth=growth,
+    )
+    return Diagnosis(
+        prefill_sweep=prefill,
+        prefill_rate_tokens_per_s=rate,
+        decode_sweep=decode,
+        load_concurrency=concs[-1],
+        client_prefill_share=client_share,
+        server_prefill_share=server_share,
+        server_split_s=split_s,
+        device=rates,
+        model=size,
+        llc_bytes=llc,
+        verdict=verdict,
+    )
+
+
+def _snap(base_url: str, path: str | None) -> dict[str, Any] | None:
+    if not path:
+        return None
+    try:
+        return fetch_snapshot(base_url, path)
+    except Exception:
+        return None

@@ -1,0 +1,198 @@
+"""The probe's verdict: which phase dominates, whether decoding is memory-bound, which stages
+can pay off. Pure logic over measured figures, so it is tested on recorded inputs.
+
+Rules (each figure comes from the probe's own sweeps, never from a data sheet):
+
+- Phase split: the share of a request's time spent before the first token (prefill, queueing
+  included) against after it (decoding), from the server's prefill/decode histograms where the
+  engine has them, else from the client (TTFT against E2E - TTFT).
+- Decode floor: reading every weight once per step at the measured copy bandwidth,
+  ``weight_bytes / bandwidth``. Decoding is called memory-bound when a single sequence's TPOT is
+  within 2x of that floor (the weights dominate the step), unless the weights fit in the
+  last-level cache, in which case DRAM bandwidth is not what bounds it.
+- Batching pays off when output tokens/s grows at least 1.5x from concurrency 1 to the largest
+  concurrency swept (a step serves many sequences for about the price of one).
+- Quantisation (fewer weight bytes per token) is expected to pay off when decoding is
+  memory-bound and decoding takes at least a third of the time; else it mostly costs quality.
+- Speculative decoding is expected to pay off when decoding is memory-bound and a step's cost
+  grows little with the batch (spare compute for the draft tokens) at the load the SLO allows;
+  under a throughput objective at high concurrency that compute is already in use.
+The order of the stages never changes (batching, quantisation, speculative decoding); the
+verdict orders the budget, and a stage not expected to pay off still gets confirmation trials.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+Expectation = Literal["likely", "unlikely", "unknown"]
+
+
+class StagePlan(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    expected: Expectation
+    reason: str
+    weight: float  # share of the search budget
+
+
+class Verdict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    bottleneck: Literal["prefill", "decode"]
+    prefill_share: float
+    decode_share: float
+    split_source: Literal["server", "client"]
+    decode_memory_bound: bool | None
+    decode_floor_ms: float | None
+    tpot_c1_ms: float | None
+    weights_fit_in_cache: bool | None
+    batching_gain: float | None  # tokens/s at the largest swept concurrency / at concurrency 1
+    tpot_growth: float | None  # TPOT at the largest swept concurrency / at concurrency 1
+    summary: str
+    stages: list[StagePlan]
+
+
+def decide(
+    *,
+    prefill_share: float,
+    split_source: Literal["server", "client"],
+    tpot_c1_ms: float | None,
+    weight_bytes: int | None,
+    bandwidth_gbps: float | None,
+    llc_bytes: int | None,
+    batching_gain: float | None,
+    tpot_growth: float | None,
+) -> Verdict:
+    """Turn measured figures into the verdict and the stage plan (see the module docstring)."""
+    decode_share = 1.0 - prefill_share
+    floor_ms = (
+        weight_bytes / (bandwidth_gbps * 1e9) * 1000.0 if weight_bytes and bandwidth_gbps else None
+    )
+    fits = weight_bytes <= llc_bytes if (weight_bytes and llc_bytes) else None
+    memory_bound: bool | None = None
+    if floor_ms is not None and tpot_c1_ms:
+        memory_bound = (tpot_c1_ms <= 2.0 * floor_ms) and not fits
+    bottleneck: Literal["prefill", "decode"] = "prefill" if prefill_share > 0.5 else "decode"
+
+    plans: list[StagePlan] = []
+    if batching_gain is None:
+        plans.append(
+            StagePlan(
+                name="batching",
+                expected="unknown",
+                weight=0.6,
+                reason="no concurrency sweep to judge batching by",
+            )
+        )
+    elif batching_gain >= 1.5:
+        plans.append(
+            StagePlan(
+                name="batching",
+                expected="likely",
+                weight=0.6,
+                reason=f"tokens/s grows {batching_gain:.1f}x from 1 sequence to the largest batch "
+                "swept: the batch limits and prefill chunking set the capacity",
+            )
+        )
+    else:
+        plans.append(
+            StagePlan(
+                name="batching",
+                expected="unlikely",
+                weight=0.3,
+                reason=f"tokens/s grows only {batching_gain:.1f}x with the batch",
+            )
+        )
+
+    if memory_bound is None:
+        q_exp: Expectation = "unknown"
+        q_reason = "no decode floor measured (model size or bandwidth unknown)"
+    elif fits:
+        q_exp = "unlikely"
+        q_reason = (
+            "the weights fit in the last-level cache, so decoding is not bound by DRAM "
+            "bandwidth: fewer weight bytes save little"
+        )
+    elif memory_bound and decode_share >= 1 / 3:
+        q_exp = "likely"
+        q_reason = (
+            f"a single sequence's step ({tpot_c1_ms:.1f} ms) is within 2x of reading the weights "
+            f"once ({floor_ms:.1f} ms) and decoding takes {decode_share:.0%} of the time"
+        )
+    elif memory_bound:
+        q_exp = "unlikely"
+        q_reason = f"decoding is memory-bound but takes only {decode_share:.0%} of the time"
+    else:
+        q_exp = "unlikely"
+        q_reason = (
+            f"a single sequence's step ({tpot_c1_ms:.1f} ms) is far above reading the weights "
+            f"once ({floor_ms:.1f} ms): per-step overheads, not weight bytes, bound decoding"
+        )
+    plans.append(
+        StagePlan(
+            name="quantisation",
+            expected=q_exp,
+            reason=q_reason,
+            weight=0.25 if q_exp == "likely" else 0.1,
+        )
+    )
+
+    if memory_bound and tpot_growth is not None and tpot_growth < 1.5:
+        s_exp: Expectation = "likely"
+        s_reason = (
+            f"decoding is memory-bound and a step costs only {tpot_growth:.1f}x more at the "
+            "largest batch: spare compute for draft tokens"
+        )
+    elif memory_bound is None or tpot_growth is None:
+        s_exp, s_reason = "unknown", "decode scaling or floor not measured"
+    elif not memory_bound:
+        s_exp = "unlikely"
+        s_reason = "decoding is not memory-bound: verifying draft tokens costs real compute"
+    else:
+        s_exp = "unlikely"
+        s_reason = (
+            f"a step costs {tpot_growth:.1f}x more at the largest batch: the compute a draft "
+            "needs is already in use at the loads the SLO allows"
+        )
+    plans.append(
+        StagePlan(
+            name="speculative",
+            expected=s_exp,
+            reason=s_reason,
+            weight=0.15 if s_exp == "likely" else 0.1,
+        )
+    )
+    total = sum(p.weight for p in plans)
+    for p in plans:
+        p.weight = round(p.weight / total, 3)
+
+    where = (
+        "before the first token (prefill and queueing)" if bottleneck == "prefill" else ("decoding")
+    )
+    mem = {True: "memory-bound", False: "not memory-bound", None: "of unknown bound"}[memory_bound]
+    summary = (
+        f"{max(prefill_share, decode_share):.0%} of request time is spent {where} "
+        f"({split_source} figures); decoding is {mem}"
+        + (" (the weights fit in the last-level cache)" if fits else "")
+        + ". Expected to pay off: "
+        + (", ".join(p.name for p in plans if p.expected == "likely") or "none")
+        + "."
+    )
+    return Verdict(
+        bottleneck=bottleneck,
+        prefill_share=prefill_share,
+        decode_share=decode_share,
+        split_source=split_source,
+        decode_memory_bound=memory_bound,
+        decode_floor_ms=floor_ms,
+        tpot_c1_ms=tpot_c1_ms,
+        weights_fit_in_cache=fits,
+        batching_gain=batching_gain,
+        tpot_growth=tpot_growth,
+        summary=summary,
+        stages=plans,
+    )

@@ -1,0 +1,209 @@
+"""``autotune probe``: measure one load on a server (started here, or any running endpoint), and
+with ``diagnose`` where the time goes (probes/diagnose.py).
+
+With ``model``, the engine is started with its defaults, or with ``params`` (knob values of the
+engine's search space, validated and rendered like a trial's), and stopped by its process group
+at the end. With ``endpoint``, nothing is started: the server's root URL (with or without
+``/v1``) and its served model name are enough. Warm-up requests are always sent and discarded.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from probes.client import LoadClient, normalize_base_url, run_load
+from probes.diagnose import Diagnosis, run_diagnosis
+from probes.metrics import LoadMetrics, summarize
+from probes.workload import SyntheticWorkload, Tokenizer, Workload, prepare_requests
+from tuner.engines import get_engine
+from tuner.engines.base import ServerProcess, check_ready, free_port
+from tuner.hardware import Hardware, detect_hardware, template_context
+from tuner.models import resolve_model
+from tuner.space import SpaceError, load_space, space_path
+
+
+class ProbeError(RuntimeError):
+    """A probe that cannot run (unreachable endpoint, bad parameter); the message says why."""
+
+
+class ProbeResult(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    target: dict[str, Any]
+    workload: str
+    load: dict[str, float]
+    metrics: LoadMetrics
+    startup_s: float | None = None
+    warmup_s: float
+    hardware: Hardware
+    diagnosis: Diagnosis | None = None
+
+
+def parse_params(pairs: list[str]) -> dict[str, Any]:
+    """``name=value`` pairs; values are read as JSON where they parse (numbers, true/false)."""
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not name:
+            raise ProbeError(f"--param {pair!r} is not name=value")
+        try:
+            out[name.strip()] = json.loads(value)
+        except json.JSONDecodeError:
+            out[name.strip()] = value
+    return out
+
+
+def _tokenizer(path: str | None) -> Tokenizer | None:
+    if not path:
+        return None
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(path)  # type: ignore[return-value]
+    except Exception as exc:
+        raise ProbeError(f"cannot load a tokenizer from {path!r}: {exc}") from None
+
+
+@contextlib.contextmanager
+def _server(
+    model: str | None,
+    engine_name: str,
+    params: dict[str, Any],
+    endpoint: str | None,
+    served_model: str | None,
+    out_dir: Path,
+    hw: Hardware,
+    say: Callable[[str], None],
+) -> Iterator[tuple[str, str, str | None, float | None, bool, str | None]]:
+    """Yields (base_url, served model, model folder, start-up s, ignore_eos ok, metrics path)."""
+    if endpoint:
+        url = normalize_base_url(endpoint)
+        try:
+            name = check_ready(url, served_model)
+        except Exception as exc:
+            raise ProbeError(f"endpoint {url} is not answering: {exc}") from None
+        if served_model and name != served_model:
+            raise ProbeError(f"{url} does not serve {served_model!r} (it serves {name!r})")
+        yield url, name, None, None, False, "/metrics"
+        return
+    assert model is not None
+    engine = get_engine(engine_name)
+    resolved = resolve_model(model)
+    space = load_space(space_path(engine.name, hw.device))
+    try:
+        emit = space.render(params, template_context(hw))
+    except SpaceError as exc:
+        raise ProbeError(str(exc)) from None
+    args = [*space.common.args, *(emit.args if params else space.baseline.args)]
+    env = {**space.common.env, **(emit.env if params else space.baseline.env)}
+    spec = engine.launch_spec(resolved.path, args, env, free_port())
+    say(f"probe: starting {engine.name} ({' '.join(args) or 'defaults'})")
+    with ServerProcess(spec, out_dir / "server.log", classify=engine.classify_failure) as srv:
+        startup = srv.wait_ready()
+        say(f"probe: ready in {startup:.0f} s")
+        yield (
+            srv.base_url,
+            srv.served_model or resolved.path,
+            resolved.path,
+            startup,
+            engine.supports_ignore_eos,
+            engine.metrics_path,
+        )
+
+
+def probe(
+    *,
+    workload: Workload,
+    model: str | None = None,
+    engine: str = "vllm",
+    params: dict[str, Any] | None = None,
+    endpoint: str | None = None,
+    served_model: str | None = None,
+    concurrency: int | None = None,
+    rate_rps: float | None = None,
+    requests: int = 200,
+    warmup: int = 8,
+    tokenizer: str | None = None,
+    diagnose: bool = False,
+    out_dir: Path = Path("results") / "probe",
+    seed: int | None = None,
+    progress: Callable[[str], None] = lambda m: None,
+) -> ProbeResult:
+    """Measure one load (and, with ``diagnose``, the sweeps); see the module docstring.
+
+    Raises:
+        ProbeError: bad parameters, an unreachable endpoint, a tokenizer that cannot load.
+    """
+    if (model is None) == (endpoint is None):
+        raise ProbeError("give either a model to start or an endpoint to probe")
+    if concurrency is None and rate_rps is None:
+        concurrency = 1
+    seed = int(time.time()) if seed is None else seed
+    hw = detect_hardware()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with _server(model, engine, params or {}, endpoint, served_model, out_dir, hw, progress) as (
+        url,
+        name,
+        model_dir,
+        startup,
+        ignore_eos,
+        mpath,
+    ):
+        tok = (
+            _tokenizer(tokenizer or model_dir or name)
+            if isinstance(workload, SyntheticWorkload)
+            else _tokenizer(tokenizer)
+        )
+        client = LoadClient(url)
+        t0 = time.monotonic()
+        reqs = prepare_requests(
+            workload, warmup + requests, model=name, tokenizer=tok, seed=seed, ignore_eos=ignore_eos
+        )
+        res = run_load(
+            client, reqs, concurrency=concurrency, rate_rps=rate_rps, warmup=warmup, seed=seed
+        )
+        warm_s = (time.monotonic() - t0) - res.wall_s
+        metrics = summarize(res.records, client_cpu_pct=res.client_cpu_pct)
+        progress(f"probe: measured {metrics.n_requests} requests in {time.monotonic() - t0:.0f} s")
+        diagnosis = None
+        if diagnose:
+            diagnosis = run_diagnosis(
+                client,
+                served_model=name,
+                tokenizer=tok,
+                workload=workload,
+                load_concurrency=concurrency or 8,
+                model_dir=model_dir,
+                llc_text=hw.l3_cache,
+                device=hw.device,
+                seed=seed,
+                ignore_eos=ignore_eos,
+                progress=progress,
+                metrics_path=mpath,
+            )
+    load: dict[str, float] = (
+        {"concurrency": concurrency} if concurrency is not None else {"rate_rps": rate_rps or 0}
+    )
+    return ProbeResult(
+        target={
+            "model": model,
+            "engine": engine if model else None,
+            "params": params or {},
+            "endpoint": url,
+            "served_model": name,
+        },
+        workload=workload.label,
+        load=load,
+        metrics=metrics,
+        startup_s=startup,
+        warmup_s=warm_s,
+        hardware=hw,
+        diagnosis=diagnosis,
+    )
