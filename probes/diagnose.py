@@ -54,6 +54,7 @@ class Diagnosis(BaseModel):
     prefill_rate_tokens_per_s: float | None
     decode_sweep: list[SweepPoint]
     load_concurrency: int
+    load_metrics: LoadMetrics | None  # the full figures at the user's load
     client_prefill_share: float | None
     server_prefill_share: float | None
     server_split_s: dict[str, float] | None
@@ -137,6 +138,7 @@ def run_diagnosis(
     decode: list[SweepPoint] = []
     split_s: dict[str, float] | None = None
     client_share = server_share = None
+    load_metrics: LoadMetrics | None = None
     for c in concs:
         before = _snap(client.base_url, metrics_path) if c == concs[-1] else None
         m = measure(wl, max(2 * c, 4), c)
@@ -146,6 +148,7 @@ def run_diagnosis(
             f"{m.output_tokens_per_s:.0f} tokens/s"
         )
         if c == concs[-1]:
+            load_metrics = m
             # 3. The split at the user's load.
             if m.e2e_ms.mean and m.ttft_ms.mean is not None:
                 client_share = m.ttft_ms.mean / m.e2e_ms.mean
@@ -197,6 +200,7 @@ def run_diagnosis(
         prefill_rate_tokens_per_s=rate,
         decode_sweep=decode,
         load_concurrency=concs[-1],
+        load_metrics=load_metrics,
         client_prefill_share=client_share,
         server_prefill_share=server_share,
         server_split_s=split_s,

@@ -79,6 +79,16 @@ def tune_cmd(
     search_space: Annotated[
         Path | None, typer.Option(help="a search-space file instead of the engine's own")
     ] = None,
+    headroom: Annotated[
+        str,
+        typer.Option(
+            help="confirm the recommendation with latencies this far under their limits, e.g. 10%",
+        ),
+    ] = "10%",
+    stages: Annotated[
+        str | None,
+        typer.Option(help="run only these stages, e.g. batching,quantisation [default: all]"),
+    ] = None,
 ) -> None:
     """Tune a server: baseline, then the search stages, then a confirmed recommendation."""
     if ctx.invoked_subcommand is not None:
@@ -105,6 +115,20 @@ def tune_cmd(
         fail(str(exc))
     if not slos.latency:
         fail("give at least one latency SLO (ttft, tpot, itl or e2e) to score configurations by")
+    try:
+        headroom_frac = float(headroom.strip().rstrip("%")) / 100.0
+    except ValueError:
+        fail(f"--headroom {headroom!r} is not a percentage such as 10%")
+    if not 0 <= headroom_frac < 1:
+        fail(f"--headroom must be in [0%, 100%), got {headroom}")
+    stage_list = None
+    if stages is not None:
+        from tuner.space import STAGE_ORDER
+
+        stage_list = [s.strip() for s in stages.split(",") if s.strip()]
+        bad = [s for s in stage_list if s not in STAGE_ORDER]
+        if bad or not stage_list:
+            fail(f"--stages {stages!r}: unknown stage(s) {bad}; known: {', '.join(STAGE_ORDER)}")
     if search_space is not None and not search_space.is_file():
         fail(f"--search-space {search_space} does not exist")
 
@@ -127,6 +151,8 @@ def tune_cmd(
             seed=seed,
             startup_timeout_s=startup_s,
             space_file=search_space,
+            stages=stage_list,
+            headroom=headroom_frac,
             command=["autotune", *sys.argv[1:]],
         )
     except api.UserError as exc:

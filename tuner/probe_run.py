@@ -101,8 +101,9 @@ def _server(
         emit = space.render(params, template_context(hw))
     except SpaceError as exc:
         raise ProbeError(str(exc)) from None
-    args = [*space.common.args, *(emit.args if params else space.baseline.args)]
-    env = {**space.common.env, **(emit.env if params else space.baseline.env)}
+    # What every launch sets, what the baseline needs to start here, then the given knobs.
+    args = [*space.common.args, *space.baseline.args, *emit.args]
+    env = {**space.common.env, **space.baseline.env, **emit.env}
     spec = engine.launch_spec(resolved.path, args, env, free_port())
     say(f"probe: starting {engine.name} ({' '.join(args) or 'defaults'})")
     with ServerProcess(spec, out_dir / "server.log", classify=engine.classify_failure) as srv:

@@ -118,6 +118,7 @@ def render_markdown(r: Report) -> str:
         ]
     else:
         out += ["## Recommendation", "", "None: no configuration met the SLOs.", ""]
+    out += _probe_section(r)
     if base:
         out += [
             "## Baseline",
@@ -145,7 +146,12 @@ def render_markdown(r: Report) -> str:
         out += ["## Stages", ""]
         for s in r.stages:
             g = f", gain {s.gain:.2f}x" if s.gain else ""
-            out.append(f"- **{s.name}** ({s.status}): {s.reason}{g}")
+            held = {
+                True: "; the prediction held",
+                False: "; the prediction did NOT hold",
+                None: "",
+            }[s.prediction_held]
+            out.append(f"- **{s.name}** ({s.status}{g}{held}): {s.reason}")
         out.append("")
     if r.timing:
         t = r.timing
@@ -164,6 +170,48 @@ def render_markdown(r: Report) -> str:
             out.append(f"- error: {r.error}")
         out.append("")
     return "\n".join(out)
+
+
+def _probe_section(r: Report) -> list[str]:
+    d = r.probe
+    if d is None:
+        return []
+    v = d.verdict
+    out = ["## Where the time goes (probe, on the baseline server)", "", f"**{v.summary}**", ""]
+    if d.load_metrics:
+        m = d.load_metrics
+        out.append(
+            f"At concurrency {d.load_concurrency}: TTFT p50 / p99 {_lat(m.ttft_ms)}, "
+            f"time per output token p50 / p99 {_lat(m.tpot_ms)}; prefill {v.prefill_share:.0%} "
+            f"/ decode {v.decode_share:.0%} of request time ({v.split_source} figures)."
+        )
+    if d.prefill_rate_tokens_per_s:
+        pts = ", ".join(f"{p.prompt_tokens} tok: {_ms(p.ttft_ms_p50)}" for p in d.prefill_sweep)
+        out.append(
+            f"Prefill: {d.prefill_rate_tokens_per_s:.0f} prompt tokens/s (TTFT at concurrency 1: "
+            f"{pts})."
+        )
+    if d.decode_sweep:
+        pts = ", ".join(
+            f"c={p.concurrency}: {_ms(p.tpot_ms_p50)}, {p.output_tokens_per_s:.0f} tok/s"
+            for p in d.decode_sweep
+        )
+        out.append(f"Decoding (TPOT p50, output tokens/s): {pts}.")
+    if d.device and d.model:
+        fit = ""
+        if d.llc_bytes:
+            fit = f" against a {d.llc_bytes / 2**20:.0f} MiB last-level cache"
+        out.append(
+            f"Roofline: {d.model.parameters / 1e6:.0f} M parameters, "
+            f"{d.model.weight_bytes / 1e6:.0f} MB of weights read per decoding step{fit}; "
+            f"measured copy bandwidth {d.device.memory_bandwidth_gbps:.1f} GB/s, so at least "
+            f"{_ms(v.decode_floor_ms)} per step; measured bf16 matmul "
+            f"{d.device.matmul_tflops * 1000:.0f} GFLOP/s."
+        )
+    out += ["", "| stage | expected to pay off | why | budget share |", "| --- | --- | --- | --- |"]
+    out += [f"| {s.name} | {s.expected} | {s.reason} | {s.weight:.0%} |" for s in v.stages]
+    out.append("")
+    return out
 
 
 def render_summary(r: Report, report_dir: str) -> str:

@@ -16,6 +16,7 @@ from typing import Any, Literal
 import orjson
 from pydantic import BaseModel, ConfigDict
 
+from probes.diagnose import Diagnosis
 from probes.metrics import LoadMetrics, Verdict
 from tuner.hardware import Hardware
 
@@ -66,6 +67,8 @@ class StageReport(Strict):
     name: str
     status: Literal["run", "skipped"]
     reason: str
+    expected: str | None = None  # the probe's prediction: likely | unlikely | unknown
+    prediction_held: bool | None = None  # gain > 5 % where "likely", <= 5 % where "unlikely"
     trials: list[int]
     best_params: dict[str, Any] | None
     best_score: float | None
@@ -115,6 +118,7 @@ class Report(Strict):
     max_error_rate: float
     options: dict[str, Any]
     knob_defaults: dict[str, Any] = {}  # the engine's own value of each knob, where known
+    probe: Diagnosis | None = None  # measured on the baseline server before its capacity search
     baseline: TrialReport | None
     baseline_note: str
     trials: list[TrialReport]

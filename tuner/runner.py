@@ -34,6 +34,7 @@ import orjson
 from pydantic import BaseModel, ConfigDict
 
 from probes.client import LoadClient, run_load
+from probes.diagnose import Diagnosis, run_diagnosis
 from probes.metrics import LoadMetrics, Verdict, judge, summarize
 from probes.server_metrics import PeakSampler, delta, fetch_snapshot
 from probes.slo import SLOSet
@@ -55,11 +56,10 @@ from tuner.report import (
     write_atomic,
 )
 from tuner.search import Outcome, StageResult, run_stage
-from tuner.space import SearchSpace, load_space, space_path
+from tuner.space import STAGE_ORDER, SearchSpace, load_space, space_path
 
 Progress = Callable[[str], None]
 RunStatus = Literal["complete", "interrupted", "failed"]
-CONFIRM_HEADROOM = 0.05  # confirm where the search saw at least 5 % margin, when it did
 SERVER_GAUGES = ("vllm:kv_cache_usage_perc", "vllm:num_requests_running")
 SERVER_COUNTERS = (
     "vllm:request_prefill_time_seconds_sum",
@@ -93,6 +93,11 @@ class TuneOptions(BaseModel):
     search_requests_per_slot: float = 3.0
     confirm_requests: int | None = None  # default: what the SLO percentile needs, plus 10 %
     space_file: Path | None = None
+    stages: list[str] | None = None  # force this subset of stages (None: the probe's plan)
+    probe: bool = True  # diagnose on the baseline server first
+    # The recommendation is confirmed with every latency SLO at most (1 - headroom) x its limit,
+    # so that another client, a longer run or a noisy neighbour still sees the SLO hold.
+    headroom: float = 0.10
     command: list[str] = []
 
 
@@ -146,6 +151,7 @@ class Runner:
         self.recommended: Recommendation | None = None
         self.notes: list[str] = []
         self.space: SearchSpace | None = None
+        self.diagnosis: Diagnosis | None = None
         self.model_path = ""
         self.deadline = (
             self.clock.t0 + opts.time_budget_s if opts.time_budget_s is not None else math.inf
@@ -300,6 +306,8 @@ class Runner:
                     else (self.opts.start_concurrency)
                 )
                 trial.warmup_s = self._warmup(server, start_c)
+                if baseline and self.opts.probe:
+                    self._diagnose(server)
                 cap = find_capacity(
                     lambda c: self._point(server, trial, tdir, c, self._n_search(c), label),
                     start=start_c,
@@ -315,6 +323,32 @@ class Runner:
         trial.wall_s = time.monotonic() - t_start
         write_atomic(tdir / "trial.json", dump_json(trial))
         return trial
+
+    def _diagnose(self, server: ServerProcess) -> None:
+        """The probe, on the baseline server: where the time goes, which stages can pay off."""
+        t0 = time.monotonic()
+        self.say("probe: measuring where the time goes on the baseline server")
+        self.client.base_url = server.base_url
+        try:
+            self.diagnosis = run_diagnosis(
+                self.client,
+                served_model=server.served_model or self.model_path,
+                tokenizer=self.tokenizer,
+                workload=self.opts.workload,
+                load_concurrency=self.opts.start_concurrency,
+                metrics_path=self.engine.metrics_path,
+                model_dir=self.model_path,
+                llc_text=self.hw.l3_cache,
+                device=self.hw.device,
+                seed=self._fresh_seed(),
+                ignore_eos=self.engine.supports_ignore_eos,
+                progress=self.say,
+            )
+            self.say(f"probe: {self.diagnosis.verdict.summary}")
+        except Exception as exc:  # the probe informs the plan; the search can go on without it
+            self.notes.append(f"the probe failed ({type(exc).__name__}: {exc}); stages unplanned")
+            self.say(f"probe failed: {exc}")
+        self.clock.measure_s += time.monotonic() - t0
 
     def _score(self, trial: TrialReport, cap: CapacityResult) -> None:
         by_c = {int(p.load["concurrency"]): p for p in trial.points}
@@ -442,6 +476,53 @@ class Runner:
             return "time budget: stopped measuring to keep time for the confirmation"
         return None
 
+    def _plan(self) -> list[tuple[str, int | None, str, str | None]]:
+        """Per stage in the prescribed order: (name, trials or None if skipped, reason, expected).
+
+        The probe's verdict weighs the budget; a stage it does not expect to pay off still gets
+        at least one confirmation trial, so the prediction is checked by measurement. Stages
+        not in the search space, or left out by --stages, are skipped with their reason.
+        """
+        assert self.space is not None
+        present = {s.name for s in self.space.stages}
+        verdict = {p.name: p for p in self.diagnosis.verdict.stages} if self.diagnosis else {}
+        forced = set(self.opts.stages) if self.opts.stages is not None else None
+        rows: list[tuple[str, float | None, str, str | None]] = []
+        for name in STAGE_ORDER:
+            v = verdict.get(name)
+            expected = v.expected if v else None
+            why = f"probe: {v.expected} to pay off: {v.reason}" if v else "no probe verdict"
+            if forced is not None and name not in forced:
+                rows.append((name, None, f"left out by --stages; {why}", expected))
+            elif name not in present:
+                rows.append(
+                    (
+                        name,
+                        None,
+                        f"the search space ({self.space.engine}, {self.space.device}) has no "
+                        f"{name} knobs; {why}",
+                        expected,
+                    )
+                )
+            else:
+                rows.append((name, v.weight if v else 1.0, why, expected))
+        run = [(n, w) for n, w, _, _ in rows if w is not None]
+        total_w = sum(w for _, w in run) or 1.0
+        left = self.opts.trials
+        alloc: dict[str, int] = {}
+        for i, (name, w) in enumerate(run):
+            later = len(run) - i - 1  # keep one trial for each later stage where possible
+            share = round(self.opts.trials * w / total_w)
+            n = max(1, min(share, left - later)) if left > 0 else 0
+            alloc[name] = n
+            left -= n
+        if run and left > 0:
+            alloc[run[0][0]] += left  # rounding leftovers go to the first stage run
+        return [
+            (name, alloc.get(name) if w is not None else None, why, exp)
+            for name, w, why, exp in rows
+        ]
+
     def _search(self) -> None:
         assert self.space is not None
         self.baseline = self.evaluate(0, "baseline", {})
@@ -449,22 +530,27 @@ class Runner:
             self.notes.append(f"every launch: {self.space.common.reason}")
         defaults = {k.name: k.default for k in self.space.knobs().values()}
         carried: dict[str, Any] = {}
-        budget = self.opts.trials
+        spare = 0  # trials a stage did not use pass on to the next
         number = 1
-        for stage in self.space.stages:
-            if budget <= 0:
+        for name, planned, why, expected in self._plan():
+            stage = self.space.stage(name)
+            if planned is None or stage is None or planned + spare <= 0:
+                reason = why if planned is None else f"no trials left in --trials; {why}"
                 self.stage_reports.append(
                     StageReport(
-                        name=stage.name,
+                        name=name,
                         status="skipped",
-                        reason="no trials left in --trials",
+                        reason=reason,
+                        expected=expected,
                         trials=[],
                         best_params=None,
                         best_score=None,
                         gain=None,
                     )
                 )
+                self.say(f"stage {name} skipped: {reason}")
                 continue
+            n_trials = planned + spare
             before = self._best()
             score_before = before.score_tokens_per_s if before else None
             known: list[tuple[dict[str, Any], Outcome]] = []
@@ -474,7 +560,7 @@ class Runner:
             numbers: list[int] = []
 
             def evaluate(
-                params: dict[str, Any], stage_name: str = stage.name, numbers: list[int] = numbers
+                params: dict[str, Any], stage_name: str = name, numbers: list[int] = numbers
             ) -> Outcome:
                 nonlocal number
                 t = self.evaluate(number, stage_name, {**carried, **params})
@@ -483,34 +569,44 @@ class Runner:
                 number += 1
                 return self._outcome(t)
 
+            self.say(f"stage {name}: up to {n_trials} configurations ({why})")
             result: StageResult = run_stage(
                 stage,
                 evaluate,
                 storage_path=self.out / "optuna.journal",
-                n_trials=budget,
+                n_trials=n_trials,
                 seed=self.opts.seed,
                 known=known,
                 should_stop=self._time_left_reason,
             )
-            budget -= result.started
+            spare = n_trials - result.started
             best = result.best()
             if best is not None and (score_before is None or best[1].score > score_before):
                 carried.update(best[0])
             best_trial = self._best()
+            gain = (
+                best_trial.score_tokens_per_s / score_before
+                if best_trial and best_trial.score_tokens_per_s and score_before
+                else None
+            )
             self.stage_reports.append(
                 StageReport(
-                    name=stage.name,
+                    name=name,
                     status="run",
-                    reason=f"{result.started} configurations; stopped: {result.stopped_because}",
+                    expected=expected,
+                    reason=f"{result.started} configurations; stopped: {result.stopped_because}; "
+                    f"{why}",
                     trials=numbers,
                     best_params=best_trial.params if best_trial else None,
                     best_score=best_trial.score_tokens_per_s if best_trial else None,
-                    gain=(best_trial.score_tokens_per_s / score_before)
-                    if best_trial and best_trial.score_tokens_per_s and score_before
-                    else None,
+                    gain=gain,
+                    prediction_held=_prediction_held(expected, gain),
                 )
             )
-            self.say(f"stage {stage.name} done: {self.stage_reports[-1].reason}")
+            self.say(
+                f"stage {name} done: {result.started} configurations, "
+                f"stopped: {result.stopped_because}"
+            )
 
     @staticmethod
     def _outcome(t: TrialReport) -> Outcome:
@@ -526,14 +622,14 @@ class Runner:
 
     # ----------------------------------------------------------------- confirmation
     def _confirm_load(self, best: TrialReport) -> int:
-        """The load to confirm at: the highest search point that held with some headroom.
+        """The load to confirm at: the highest search point that held with the headroom.
 
         Search points carry few requests, so a p99 right at the limit there is likely to break
         with more requests (or another client); prefer the highest point that held with a
-        worst margin of at most -CONFIRM_HEADROOM, else the highest that held.
+        worst margin of at most -headroom, else the highest that held.
         """
         held = [p for p in best.points if p.verdict.holds]
-        roomy = [p for p in held if p.verdict.worst_margin <= -CONFIRM_HEADROOM]
+        roomy = [p for p in held if p.verdict.worst_margin <= -self.opts.headroom]
         pick = max(roomy or held, key=lambda p: p.load["concurrency"])
         return int(pick.load["concurrency"])
 
@@ -575,7 +671,8 @@ class Runner:
                     )
                     self.say(f"{label}: c={c:<4d} {_point_line(metrics, verdict)}")
                     tries.append((c, metrics, verdict))
-                    if verdict.holds or c == 1 or len(tries) >= 3:
+                    roomy = verdict.holds and verdict.worst_margin <= -self.opts.headroom
+                    if roomy or c == 1 or len(tries) >= 3:
                         break
                     if time.monotonic() + (time.monotonic() - t_try) > self.deadline:
                         self.notes.append(
@@ -583,9 +680,18 @@ class Runner:
                             "room to step down: the recommendation does not meet the SLOs"
                         )
                         break
-                    # The search's shorter points were optimistic: step down and measure again.
-                    c = max(1, min(c - 1, math.floor(c / (1.0 + max(verdict.worst_margin, 0.1)))))
-                c, metrics, verdict = tries[-1]
+                    # The search's shorter points were optimistic: step down and measure again,
+                    # by about as much as latency must fall to clear the limit with headroom.
+                    over = max(verdict.worst_margin + self.opts.headroom, 0.1)
+                    c = max(1, min(c - 1, math.floor(c / (1.0 + over))))
+                held = [t for t in tries if t[2].holds]
+                roomy_tries = [t for t in held if t[2].worst_margin <= -self.opts.headroom]
+                c, metrics, verdict = (roomy_tries or held or tries)[-1]
+                if held and not roomy_tries:
+                    self.notes.append(
+                        f"the recommendation holds the SLOs at c={c}, but with less than the "
+                        f"{self.opts.headroom:.0%} headroom asked for"
+                    )
         except EngineStartError as exc:
             self.notes.append(f"confirmation failed to start: {exc}")
             self.say(f"{label}: failed to start: {exc}")
@@ -651,6 +757,7 @@ class Runner:
             options=self.opts.model_dump(
                 mode="json", exclude={"slos", "workload", "command", "model", "engine"}
             ),
+            probe=self.diagnosis,
             knob_defaults={k.name: k.default for k in self.space.knobs().values()}
             if self.space
             else {},
@@ -675,6 +782,13 @@ class Runner:
         write_atomic(self.out / "report.json", dump_json(report))
         write_atomic(self.out / "report.md", render_markdown(report).encode())
         return report
+
+
+def _prediction_held(expected: str | None, gain: float | None) -> bool | None:
+    """Whether the probe's prediction for a stage matched its measured gain (5 % threshold)."""
+    if gain is None or expected not in ("likely", "unlikely"):
+        return None
+    return (gain > 1.05) == (expected == "likely")
 
 
 def _point_line(m: LoadMetrics, v: Verdict) -> str:

@@ -96,7 +96,15 @@ def test_short_tuning_run(tmp_path: Path) -> None:
     assert argv[argv.index("--model") + 1].startswith("/")
     assert all(isinstance(v, str) for v in rec["env"].values())
     assert data["timing"]["engine_starts"] == 3  # baseline, one trial, the confirmation
-    assert [s["name"] for s in data["stages"]] == ["batching"]
+    assert [(s["name"], s["status"]) for s in data["stages"]] == [
+        ("batching", "run"),
+        ("quantisation", "skipped"),
+        ("speculative", "skipped"),
+    ]
+    assert "no quantisation knobs" in data["stages"][1]["reason"]
+    probe = data["probe"]
+    assert probe is not None and probe["verdict"]["stages"][0]["name"] == "batching"
+    assert probe["prefill_rate_tokens_per_s"] > 0 and probe["decode_sweep"]
     assert report.recommended is not None
     leftover = [p for p in _engine_processes() if p.pid not in before]
     assert not leftover, f"engine processes left running: {[p.pid for p in leftover]}"
@@ -144,3 +152,54 @@ def test_ctrl_c_during_startup_leaves_no_engine(tmp_path: Path) -> None:
     reports = list(tmp_path.glob("*/report.json"))
     assert len(reports) == 1, out
     assert json.loads(reports[0].read_text())["status"] == "interrupted"
+
+
+@pytest.mark.timeout(600)
+def test_probe_diagnoses_the_embedded_default(tmp_path: Path) -> None:
+    before = {p.pid for p in _engine_processes()}
+    out = tmp_path / "probe.json"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tuner.cli",
+            "probe",
+            "--model",
+            "smollm2-135m",
+            "--param",
+            "enforce_eager=true",
+            "--param",
+            "kv_cache_space_gib=1",
+            "--workload",
+            "synthetic:input=64,output=16",
+            "--concurrency",
+            "4",
+            "--requests",
+            "16",
+            "--diagnose",
+            "--json",
+            str(out),
+            "--output",
+            str(tmp_path),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=580,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "TTFT" in proc.stdout and "time per output token" in proc.stdout
+    data = json.loads(out.read_text())
+    m = data["metrics"]
+    assert m["n_completed"] == 16 and m["ttft_ms"]["p50"] > 0 and m["tpot_ms"]["p50"] > 0
+    d = data["diagnosis"]
+    assert d["prefill_rate_tokens_per_s"] > 0
+    assert [p["concurrency"] for p in d["decode_sweep"]] == [1, 4]
+    assert d["model"]["parameters"] > 100_000_000  # SmolLM2-135M
+    assert d["device"]["memory_bandwidth_gbps"] > 0 and d["device"]["matmul_tflops"] > 0
+    assert d["server_split_s"] is not None  # vLLM's prefill/decode histograms were read
+    v = d["verdict"]
+    assert v["bottleneck"] in ("prefill", "decode")
+    assert [s["name"] for s in v["stages"]] == ["batching", "quantisation", "speculative"]
+    leftover = [p for p in _engine_processes() if p.pid not in before]
+    assert not leftover

@@ -91,6 +91,7 @@ def _options(tmp_path: Path, **kw: object) -> TuneOptions:
         search_requests_per_slot=2,
         confirm_requests=60,
         startup_timeout_s=30,
+        probe=False,
     )
     base.update(kw)
     return TuneOptions(**base)  # type: ignore[arg-type]
@@ -185,3 +186,30 @@ def test_no_load_meets_the_slo_gives_no_recommendation(tmp_path: Path) -> None:
     assert report.baseline is not None and report.baseline.status == "infeasible"
     assert report.recommended is None
     assert any("no configuration met the SLOs" in n for n in report.notes)
+
+
+@pytest.mark.timeout(120)
+def test_probe_plans_the_stages_and_skips_are_explained(tmp_path: Path) -> None:
+    opts = _options(tmp_path, probe=True, trials=1)
+    runner = Runner(opts, lambda m: None, engine=FakeEngine(), hardware=HW)
+    report = runner.run()
+    assert report.probe is not None
+    assert [p.concurrency for p in report.probe.decode_sweep] == [1, 2]
+    assert report.probe.device is not None and report.probe.device.memory_bandwidth_gbps > 0
+    stages = {s.name: s for s in report.stages}
+    assert stages["batching"].status == "run" and stages["batching"].expected is not None
+    for name in ("quantisation", "speculative"):
+        assert stages[name].status == "skipped"
+        assert "has no" in stages[name].reason and "probe:" in stages[name].reason
+    md = (runner.out / "report.md").read_text()
+    assert "Where the time goes (probe" in md
+
+
+@pytest.mark.timeout(60)
+def test_stages_option_leaves_out_a_stage_with_its_reason(tmp_path: Path) -> None:
+    opts = _options(tmp_path, stages=["quantisation"], trials=2)
+    runner = Runner(opts, lambda m: None, engine=FakeEngine(), hardware=HW)
+    report = runner.run()
+    assert report.trials == []
+    batching = next(s for s in report.stages if s.name == "batching")
+    assert batching.status == "skipped" and "--stages" in batching.reason

@@ -1,0 +1,231 @@
+"""The probe's logic: measure_inference on a Python generator with a scripted clock, the verdict on
+recorded inputs, the prefill-rate fit, model sizes from safetensors headers, and the diagnosis
+sweeps against the fake server."""
+
+from __future__ import annotations
+
+import json
+import struct
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from probes import measure_inference
+from probes.client import LoadClient
+from probes.diagnose import SweepPoint, prefill_rate, run_diagnosis
+from probes.inference import InferenceMeasurementError
+from probes.roofline import model_size, parse_cache_bytes
+from probes.verdict import decide
+from probes.workload import parse_workload
+from tests.fakes.openai_server import FakeOpenAIServer
+from tuner.cli import app
+
+
+class ScriptedClock:
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def test_measure_inference_medians_with_a_scripted_clock() -> None:
+    clock = ScriptedClock()
+    ttfts = iter([0.5, 0.100, 0.200, 0.150, 0.100, 0.300])  # warm-up first, then 5 repeats
+    steps = iter([0.5, 0.010, 0.020, 0.010, 0.030, 0.010])
+
+    def generate(prompt: str, max_new_tokens: int, stream: bool) -> Iterator[str]:
+        assert stream and prompt == "hi"
+        ttft, step = next(ttfts), next(steps)
+        clock.t += ttft
+        for i in range(max_new_tokens):
+            if i:
+                clock.t += step
+            yield f"t{i}"
+
+    out = measure_inference(generate, "hi", n_tokens=11, repeats=5, clock=clock)
+    assert out["ttft_ms"] == pytest.approx(150.0)  # median of 100, 200, 150, 100, 300
+    assert out["ms_per_token"] == pytest.approx(10.0)  # median of 10, 20, 10, 30, 10
+    assert out["tokens_per_s"] == pytest.approx(100.0)
+    assert out["tokens"] == 11
+
+
+def test_measure_inference_needs_two_tokens() -> None:
+    def one(prompt: str, max_new_tokens: int, stream: bool) -> Iterator[str]:
+        yield "x"
+
+    with pytest.raises(InferenceMeasurementError):
+        measure_inference(one, "p", n_tokens=4, repeats=1, warmup=False)
+    with pytest.raises(ValueError):
+        measure_inference(one, "p", n_tokens=1)
+
+
+def test_prefill_rate_is_the_inverse_slope() -> None:
+    pts = [
+        SweepPoint(
+            prompt_tokens=n,
+            output_tokens=2,
+            concurrency=1,
+            n_requests=3,
+            ttft_ms_p50=20 + n / 2.0,
+            tpot_ms_p50=None,
+            e2e_ms_p50=None,
+            output_tokens_per_s=0,
+        )
+        for n in (64, 256, 1024)
+    ]
+    assert prefill_rate(pts) == pytest.approx(2000.0)  # 0.5 ms per token
+    assert prefill_rate(pts[:1]) is None
+
+
+COMMON = dict(split_source="server", llc_bytes=32 * 2**20, batching_gain=4.0)
+
+
+def test_verdict_memory_bound_decode_expects_quantisation() -> None:
+    v = decide(
+        prefill_share=0.3,
+        tpot_c1_ms=30.0,
+        weight_bytes=270_000_000,
+        bandwidth_gbps=20.0,
+        tpot_growth=3.0,
+        **COMMON,
+    )  # type: ignore[arg-type]
+    assert v.bottleneck == "decode"
+    assert v.decode_floor_ms == pytest.approx(13.5)
+    assert v.decode_memory_bound is True
+    plan = {s.name: s.expected for s in v.stages}
+    assert plan == {"batching": "likely", "quantisation": "likely", "speculative": "unlikely"}
+    assert sum(s.weight for s in v.stages) == pytest.approx(1.0, abs=0.01)
+
+
+def test_verdict_weights_in_cache_are_not_dram_bound() -> None:
+    v = decide(
+        prefill_share=0.6,
+        tpot_c1_ms=20.0,
+        weight_bytes=270_000_000,
+        bandwidth_gbps=20.0,
+        tpot_growth=1.2,
+        split_source="client",
+        llc_bytes=480 * 2**20,
+        batching_gain=4.0,
+    )
+    assert v.bottleneck == "prefill" and v.weights_fit_in_cache is True
+    assert v.decode_memory_bound is False
+    plan = {s.name: s.expected for s in v.stages}
+    assert plan["quantisation"] == "unlikely" and plan["speculative"] == "unlikely"
+    assert "cache" in v.summary
+
+
+def test_verdict_overhead_bound_decode_and_spare_compute() -> None:
+    slow = decide(
+        prefill_share=0.2,
+        tpot_c1_ms=100.0,
+        weight_bytes=270_000_000,
+        bandwidth_gbps=20.0,
+        tpot_growth=1.1,
+        **COMMON,
+    )  # type: ignore[arg-type]
+    assert slow.decode_memory_bound is False
+    assert {s.name: s.expected for s in slow.stages}["quantisation"] == "unlikely"
+    spare = decide(
+        prefill_share=0.2,
+        tpot_c1_ms=15.0,
+        weight_bytes=270_000_000,
+        bandwidth_gbps=20.0,
+        tpot_growth=1.2,
+        **COMMON,
+    )  # type: ignore[arg-type]
+    assert {s.name: s.expected for s in spare.stages}["speculative"] == "likely"
+
+
+def test_verdict_without_roofline_is_unknown() -> None:
+    v = decide(
+        prefill_share=0.5,
+        tpot_c1_ms=None,
+        weight_bytes=None,
+        bandwidth_gbps=None,
+        split_source="client",
+        llc_bytes=None,
+        batching_gain=None,
+        tpot_growth=None,
+    )
+    assert v.decode_memory_bound is None
+    assert {s.expected for s in v.stages} == {"unknown"}
+
+
+def _safetensors(path: Path, tensors: dict[str, tuple[str, list[int]]]) -> None:
+    header = {k: {"dtype": d, "shape": s, "data_offsets": [0, 0]} for k, (d, s) in tensors.items()}
+    header["__metadata__"] = {"format": "pt"}  # type: ignore[assignment]
+    raw = json.dumps(header).encode()
+    path.write_bytes(struct.pack("<Q", len(raw)) + raw)
+
+
+def test_model_size_reads_safetensors_headers(tmp_path: Path) -> None:
+    _safetensors(tmp_path / "a.safetensors", {"w": ("BF16", [10, 20]), "b": ("F32", [5])})
+    _safetensors(tmp_path / "b.safetensors", {"x": ("I8", [100])})
+    size = model_size(tmp_path)
+    assert size is not None
+    assert size.parameters == 200 + 5 + 100
+    assert size.weight_bytes == 400 + 20 + 100
+    assert model_size(tmp_path / "nothing") is None
+
+
+def test_parse_cache_bytes() -> None:
+    assert parse_cache_bytes("32 MiB (1 instance)") == 32 * 2**20
+    assert parse_cache_bytes("480 MiB") == 480 * 2**20
+    assert parse_cache_bytes(None) is None and parse_cache_bytes("n/a") is None
+
+
+@pytest.mark.timeout(60)
+def test_diagnosis_against_the_fake_server() -> None:
+    from tests.fakes.tokenizer import CharTokenizer
+
+    with FakeOpenAIServer(ttft_ms=5, itl_ms=2, max_concurrent=64) as srv:
+        d = run_diagnosis(
+            LoadClient(srv.base_url),
+            served_model="fake-model",
+            tokenizer=CharTokenizer(),
+            workload=parse_workload("synthetic:input=32,output=8"),
+            load_concurrency=8,
+            max_model_len=2048,
+            measure_roofline=False,
+            seed=1,
+        )
+    assert [p.prompt_tokens for p in d.prefill_sweep] == [32, 64, 256, 1024]
+    assert [p.concurrency for p in d.decode_sweep] == [1, 4, 8]
+    assert d.load_metrics is not None and d.load_metrics.n_completed > 0
+    assert d.verdict.split_source == "server" or d.client_prefill_share is not None
+    # The fake's batch limit is far above 8, so tokens/s grows with concurrency.
+    assert d.verdict.batching_gain is not None and d.verdict.batching_gain > 2
+
+
+def test_probe_cli_rejects_bad_input() -> None:
+    runner = CliRunner()
+    for args in (
+        ["probe"],
+        ["probe", "--model", "m", "--endpoint", "http://127.0.0.1:1"],
+        ["probe", "--endpoint", "http://127.0.0.1:1", "--concurrency", "0"],
+        ["probe", "--endpoint", "http://127.0.0.1:1", "--concurrency", "2", "--rate", "1"],
+        ["probe", "--endpoint", "http://127.0.0.1:1", "--param", "max_num_seqs=4"],
+        ["probe", "--endpoint", "http://127.0.0.1:1", "--workload", "synthetic:input=x"],
+    ):
+        result = runner.invoke(app, args)
+        assert result.exit_code == 2, (args, result.output)
+        assert "autotune: error:" in result.output
+
+
+def test_probe_cli_help() -> None:
+    result = CliRunner().invoke(app, ["probe", "--help"])
+    assert result.exit_code == 0
+    assert "--endpoint" in result.output and "--diagnose" in result.output
+
+
+def test_probe_on_an_endpoint_that_is_not_there_fails_clearly() -> None:
+    result = CliRunner().invoke(
+        app,
+        ["probe", "--endpoint", "http://127.0.0.1:9", "--workload", "synthetic:input=8,output=4"],
+    )
+    assert result.exit_code == 2
+    assert "is not answering" in result.output
