@@ -134,20 +134,21 @@ def run_diagnosis(
         if not isinstance(workload, SyntheticWorkload)
         else SyntheticWorkload(input_len=in_len, output_len=out_len)
     )
-    concs = sorted({1, 4, max(1, load_concurrency)})
+    load_c = max(1, load_concurrency)
+    concs = sorted({1, 4, load_c})
     decode: list[SweepPoint] = []
     split_s: dict[str, float] | None = None
     client_share = server_share = None
     load_metrics: LoadMetrics | None = None
     for c in concs:
-        before = _snap(client.base_url, metrics_path) if c == concs[-1] else None
+        before = _snap(client.base_url, metrics_path) if c == load_c else None
         m = measure(wl, max(2 * c, 4), c)
         decode.append(_point(m, in_len, out_len, c))
         progress(
             f"probe: decode at c={c:<3d} TPOT p50 {m.tpot_ms.p50 or 0:.1f} ms, "
             f"{m.output_tokens_per_s:.0f} tokens/s"
         )
-        if c == concs[-1]:
+        if c == load_c:
             load_metrics = m
             # 3. The split at the user's load.
             if m.e2e_ms.mean and m.ttft_ms.mean is not None:
@@ -199,7 +200,7 @@ def run_diagnosis(
         prefill_sweep=prefill,
         prefill_rate_tokens_per_s=rate,
         decode_sweep=decode,
-        load_concurrency=concs[-1],
+        load_concurrency=load_c,
         load_metrics=load_metrics,
         client_prefill_share=client_share,
         server_prefill_share=server_share,

@@ -18,13 +18,14 @@ still writes its report, marked ``interrupted``. Every engine is stopped by its 
 
 from __future__ import annotations
 
+import contextlib
 import math
 import random
 import re
 import secrets
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -234,6 +235,27 @@ class Runner:
         env = {**common.env, **env}
         return self.engine.launch_spec(self.model_path, args, env, free_port())
 
+    @contextlib.contextmanager
+    def _server(self, spec: LaunchSpec, log_path: Path) -> Iterator[ServerProcess]:
+        """A started, ready engine (stopped by its process group on exit); start-up is timed.
+
+        Raises:
+            EngineStartError: it did not become ready.
+        """
+        t0 = time.monotonic()
+        with ServerProcess(
+            spec,
+            log_path,
+            startup_timeout_s=self.opts.startup_timeout_s,
+            classify=self.engine.classify_failure,
+        ) as server:
+            self.clock.engine_starts += 1
+            try:
+                server.wait_ready()
+            finally:
+                self.clock.startup_s += time.monotonic() - t0
+            yield server
+
     def _best(self) -> TrialReport | None:
         ok = [t for t in [self.baseline, *self.trials] if t and t.status == "ok"]
         return max(ok, key=lambda t: t.score_tokens_per_s or 0.0) if ok else None
@@ -288,17 +310,8 @@ class Runner:
         self.say(f"{label}: starting {self.engine.name} with {shown}")
         best = self._best()
         try:
-            with ServerProcess(
-                spec,
-                tdir / "server.log",
-                startup_timeout_s=self.opts.startup_timeout_s,
-                classify=self.engine.classify_failure,
-            ) as server:
-                self.clock.engine_starts += 1
-                try:
-                    trial.startup_s = server.wait_ready()
-                finally:
-                    self.clock.startup_s += time.monotonic() - t_start
+            with self._server(spec, tdir / "server.log") as server:
+                trial.startup_s = server.startup_s
                 self.say(f"{label}: ready in {trial.startup_s:.0f} s")
                 start_c = (
                     int(best.load["concurrency"])
@@ -647,19 +660,8 @@ class Runner:
         )
         spec = LaunchSpec(best.launch_command, best.env).with_port(free_port())
         cdir = self.out / "confirmation"
-        t0 = time.monotonic()
         try:
-            with ServerProcess(
-                spec,
-                cdir / "server.log",
-                startup_timeout_s=self.opts.startup_timeout_s,
-                classify=self.engine.classify_failure,
-            ) as server:
-                self.clock.engine_starts += 1
-                try:
-                    server.wait_ready()
-                finally:
-                    self.clock.startup_s += time.monotonic() - t0
+            with self._server(spec, cdir / "server.log") as server:
                 self._warmup(server, c)
                 tries: list[tuple[int, LoadMetrics, Verdict]] = []
                 while True:

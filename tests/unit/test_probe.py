@@ -86,7 +86,7 @@ COMMON = dict(split_source="server", llc_bytes=32 * 2**20, batching_gain=4.0)
 def test_verdict_memory_bound_decode_expects_quantisation() -> None:
     v = decide(
         prefill_share=0.3,
-        tpot_c1_ms=30.0,
+        tpot_c1_ms=25.0,
         weight_bytes=270_000_000,
         bandwidth_gbps=20.0,
         tpot_growth=3.0,

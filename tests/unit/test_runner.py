@@ -194,7 +194,8 @@ def test_probe_plans_the_stages_and_skips_are_explained(tmp_path: Path) -> None:
     runner = Runner(opts, lambda m: None, engine=FakeEngine(), hardware=HW)
     report = runner.run()
     assert report.probe is not None
-    assert [p.concurrency for p in report.probe.decode_sweep] == [1, 2]
+    assert [p.concurrency for p in report.probe.decode_sweep] == [1, 2, 4]
+    assert report.probe.load_concurrency == 2
     assert report.probe.device is not None and report.probe.device.memory_bandwidth_gbps > 0
     stages = {s.name: s for s in report.stages}
     assert stages["batching"].status == "run" and stages["batching"].expected is not None
