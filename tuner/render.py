@@ -221,7 +221,7 @@ def render_summary(r: Report, report_dir: str) -> str:
         m = rec.metrics
         gain = f" ({rec.gain_vs_baseline:.2f}x baseline)" if rec.gain_vs_baseline else ""
         lines += [
-            f"  recommended: {_params(rec.params)}",
+            f"  recommended: {_params(rec.params, r.knob_defaults)}",
             f"  at concurrency {int(rec.load['concurrency'])}: {m.output_tokens_per_s:.0f} output "
             f"tokens/s{gain}",
             f"  TTFT p50/p99 {_lat(m.ttft_ms)} | TPOT p50/p99 {_lat(m.tpot_ms)} | "
