@@ -23,7 +23,7 @@ from probes.diagnose import Diagnosis, run_diagnosis
 from probes.metrics import LoadMetrics, summarize
 from probes.workload import SyntheticWorkload, Tokenizer, Workload, prepare_requests
 from tuner.engines import get_engine
-from tuner.engines.base import ServerProcess, check_ready, free_port
+from tuner.engines.base import ServerProcess, check_ready, free_port, http_json
 from tuner.hardware import Hardware, detect_hardware, template_context
 from tuner.models import resolve_model
 from tuner.space import SpaceError, load_space, space_path
@@ -91,7 +91,16 @@ def _server(
             raise ProbeError(f"endpoint {url} is not answering: {exc}") from None
         if served_model and name != served_model:
             raise ProbeError(f"{url} does not serve {served_model!r} (it serves {name!r})")
-        yield url, name, None, None, False, "/metrics"
+        # An endpoint of unknown make: ask once whether it takes ignore_eos (vLLM does; servers
+        # that reject unknown fields, like transformers serve, answer 4xx), and whether the served
+        # name is a local model folder whose weights the roofline can size.
+        status, _ = http_json(
+            "POST",
+            url + "/v1/completions",
+            {"model": name, "prompt": "Hi", "max_tokens": 1, "ignore_eos": True},
+        )
+        folder = name if (Path(name).is_dir() and any(Path(name).glob("*.safetensors"))) else None
+        yield url, name, folder, None, status == 200, "/metrics"
         return
     assert model is not None
     engine = get_engine(engine_name)

@@ -540,7 +540,7 @@ class Runner:
         assert self.space is not None
         self.baseline = self.evaluate(0, "baseline", {})
         if self.space.common.reason:
-            self.notes.append(f"every launch: {self.space.common.reason}")
+            self.notes.append(self.space.common.reason)
         defaults = {k.name: k.default for k in self.space.knobs().values()}
         carried: dict[str, Any] = {}
         spare = 0  # trials a stage did not use pass on to the next

@@ -83,7 +83,7 @@ def tail(path: Path, n_bytes: int = 20_000) -> str:
         return ""
 
 
-def _http(
+def http_json(
     method: str, url: str, body: dict | None = None, timeout_s: float = 10.0
 ) -> tuple[int, bytes]:
     u = url.split("://", 1)[1]
@@ -106,14 +106,14 @@ def check_ready(base_url: str, served_model: str | None, timeout_s: float = 60.0
     Raises:
         OSError/ValueError: not ready yet (the caller retries).
     """
-    status, body = _http("GET", base_url + "/v1/models")
+    status, body = http_json("GET", base_url + "/v1/models")
     if status != 200:
         raise ValueError(f"/v1/models answered {status}")
     names = [m["id"] for m in json.loads(body).get("data", [])]
     if not names:
         raise ValueError("/v1/models lists no model")
     name = str(served_model if served_model in names else names[0])
-    status, body = _http(
+    status, body = http_json(
         "POST",
         base_url + "/v1/completions",
         {"model": name, "prompt": "Hello", "max_tokens": 1, "temperature": 0.0},
@@ -205,7 +205,7 @@ class ServerProcess:
                     f"not ready after {self.startup_timeout_s:.0f} s (last check: {last})",
                 )
             try:
-                status, _ = _http("GET", self.base_url + self.health_path, timeout_s=5.0)
+                status, _ = http_json("GET", self.base_url + self.health_path, timeout_s=5.0)
                 if status == 200:
                     self.served_model = check_ready(self.base_url, served_model)
                     self.startup_s = time.monotonic() - t0
