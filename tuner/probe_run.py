@@ -60,6 +60,13 @@ def parse_params(pairs: list[str]) -> dict[str, Any]:
     return out
 
 
+def _weights_folder(path: str | None) -> str | None:
+    """A local folder holding safetensors weights (for the roofline), else None."""
+    if path and Path(path).is_dir() and any(Path(path).glob("*.safetensors")):
+        return path
+    return None
+
+
 def _tokenizer(path: str | None) -> Tokenizer | None:
     if not path:
         return None
@@ -99,8 +106,7 @@ def _server(
             url + "/v1/completions",
             {"model": name, "prompt": "Hi", "max_tokens": 1, "ignore_eos": True},
         )
-        folder = name if (Path(name).is_dir() and any(Path(name).glob("*.safetensors"))) else None
-        yield url, name, folder, None, status == 200, "/metrics"
+        yield url, name, _weights_folder(name), None, status == 200, "/metrics"
         return
     assert model is not None
     engine = get_engine(engine_name)
@@ -190,7 +196,7 @@ def probe(
                 tokenizer=tok,
                 workload=workload,
                 load_concurrency=concurrency or 8,
-                model_dir=model_dir,
+                model_dir=model_dir or _weights_folder(tokenizer),
                 llc_text=hw.l3_cache,
                 device=hw.device,
                 seed=seed,
