@@ -80,6 +80,7 @@ def build_app(
     max_concurrent: int = 64,
     send_usage: bool = True,
     stats: Stats | None = None,
+    reject_fields: tuple[str, ...] = (),
 ) -> web.Application:
     """The aiohttp application; ``stats`` is filled in as requests arrive."""
     st = stats if stats is not None else Stats()
@@ -117,6 +118,10 @@ def build_app(
         st.in_flight += 1
         st.max_in_flight = max(st.max_in_flight, st.in_flight)
         try:
+            if bad := [f for f in reject_fields if f in body]:  # like transformers serve
+                return web.json_response(
+                    {"error": {"message": f"Unexpected fields in the request: {bad}"}}, status=422
+                )
             if _first_text(body, chat).startswith("FAIL"):
                 return web.json_response(
                     {"error": {"message": "injected failure", "type": "InternalServerError"}},

@@ -229,3 +229,49 @@ def test_probe_on_an_endpoint_that_is_not_there_fails_clearly() -> None:
     )
     assert result.exit_code == 2
     assert "is not answering" in result.output
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("rejects", [False, True])
+def test_an_endpoint_is_asked_whether_it_takes_ignore_eos(tmp_path: Path, rejects: bool) -> None:
+    from tuner.hardware import detect_hardware
+    from tuner.probe_run import _server
+
+    knobs = {"reject_fields": ("ignore_eos",)} if rejects else {}
+    with (
+        FakeOpenAIServer(ttft_ms=1, itl_ms=1, **knobs) as srv,
+        _server(
+            None,
+            "vllm",
+            {},
+            srv.base_url + "/v1",
+            "fake-model",
+            tmp_path,
+            detect_hardware(),
+            lambda m: None,
+        ) as (url, name, folder, startup, ignore_eos, _mpath),
+    ):
+        assert (url, name, folder, startup) == (srv.base_url, "fake-model", None, None)
+        assert ignore_eos is (not rejects)
+
+
+@pytest.mark.timeout(60)
+def test_probe_on_an_endpoint_measures_the_given_load(tmp_path: Path) -> None:
+    from tuner.probe_run import probe
+
+    wl = tmp_path / "wl.jsonl"
+    wl.write_text(json.dumps({"prompt": "hello there", "max_tokens": 4}) + "\n")
+    with FakeOpenAIServer(ttft_ms=1, itl_ms=1) as srv:
+        result = probe(
+            workload=parse_workload(str(wl)),
+            endpoint=srv.base_url + "/v1",
+            served_model="fake-model",
+            concurrency=2,
+            requests=6,
+            warmup=2,
+            out_dir=tmp_path,
+        )
+        assert srv.stats.max_in_flight <= 2
+    assert result.metrics.n_completed == 6 and result.metrics.n_failed == 0
+    assert result.load == {"concurrency": 2}
+    assert result.metrics.ttft_ms.p50 is not None and result.metrics.tpot_ms.p50 is not None
