@@ -28,8 +28,10 @@ if [ ! -x .venv/bin/python ]; then
   "$python" -m venv .venv
 fi
 
-stamp=".venv/.autotune-setup-$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -c1-16)-${extras//,/-}"
-if [ -f "$stamp" ]; then
+key=".venv/.autotune-setup-$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -c1-16)"
+stamp="$key-${extras//,/-}"
+# An install with the dev tools also serves a runtime-only set-up.
+if [ -f "$stamp" ] || { [ "$extras" = "$build" ] && [ -f "$key-$build-dev" ]; }; then
   echo "setup: .venv is up to date ($extras)" >&2
   exit 0
 fi

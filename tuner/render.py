@@ -228,6 +228,8 @@ def render_summary(r: Report, report_dir: str) -> str:
             f"meets SLO: {'yes' if rec.meets_slo else 'no'}",
             f"  launch: {shell_command(rec.launch_command, rec.env)}",
         ]
+    elif r.status != "complete":
+        lines.append(f"  no recommendation: the run {r.status} before one was confirmed")
     else:
         lines.append("  no configuration met the SLOs")
     lines.append(f"  report: {report_dir}/report.md (and report.json)")

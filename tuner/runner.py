@@ -153,6 +153,7 @@ class Runner:
         self.notes: list[str] = []
         self.space: SearchSpace | None = None
         self.diagnosis: Diagnosis | None = None
+        self.probe_s = 0.0
         self.model_path = ""
         self.deadline = (
             self.clock.t0 + opts.time_budget_s if opts.time_budget_s is not None else math.inf
@@ -361,7 +362,8 @@ class Runner:
         except Exception as exc:  # the probe informs the plan; the search can go on without it
             self.notes.append(f"the probe failed ({type(exc).__name__}: {exc}); stages unplanned")
             self.say(f"probe failed: {exc}")
-        self.clock.measure_s += time.monotonic() - t0
+        self.probe_s = time.monotonic() - t0
+        self.clock.measure_s += self.probe_s
 
     def _score(self, trial: TrialReport, cap: CapacityResult) -> None:
         by_c = {int(p.load["concurrency"]): p for p in trial.points}
@@ -462,8 +464,13 @@ class Runner:
 
     # ----------------------------------------------------------------- search
     def _trial_estimate_s(self) -> float:
-        done = [t for t in [self.baseline, *self.trials] if t]
-        return max((t.wall_s for t in done), default=180.0)
+        """The mean wall time of the configurations measured so far (the probe, which only the
+        baseline runs, left out). A trial that runs into the budget stops measuring early
+        (``_points_time_left``), so the mean, not the worst case, is the right guard."""
+        walls = [t.wall_s for t in self.trials]
+        if self.baseline:
+            walls.append(self.baseline.wall_s - self.probe_s)
+        return sum(walls) / len(walls) if walls else 180.0
 
     def _confirm_estimate_s(self) -> float:
         best = self._best()
