@@ -25,6 +25,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 from probes.client import normalize_base_url
+from probes.http import request
 
 CORPUS = Path(__file__).parent / "data" / "corpus.txt"
 EVAL_TEXTS = 24
@@ -51,24 +52,11 @@ def eval_texts(n: int = EVAL_TEXTS) -> list[str]:
 
 
 def _completion(base_url: str, body: dict[str, Any], timeout_s: float) -> dict[str, Any]:
-    import http.client
-    from urllib.parse import urlsplit
-
-    u = urlsplit(normalize_base_url(base_url))
-    conn = http.client.HTTPConnection(u.hostname or "127.0.0.1", u.port or 80, timeout=timeout_s)
-    try:
-        conn.request(
-            "POST",
-            "/v1/completions",
-            body=json.dumps(body).encode(),
-            headers={"Content-Type": "application/json"},
-        )
-        resp = conn.getresponse()
-        data = resp.read()
-    finally:
-        conn.close()
-    if resp.status != 200:
-        raise QualityError(f"/v1/completions answered {resp.status}: {data[:200]!r}")
+    status, data = request(
+        "POST", normalize_base_url(base_url) + "/v1/completions", body, timeout_s
+    )
+    if status != 200:
+        raise QualityError(f"/v1/completions answered {status}: {data[:200]!r}")
     return json.loads(data)
 
 

@@ -13,26 +13,20 @@ from __future__ import annotations
 
 import http.client
 import threading
-from urllib.parse import urlsplit
 
 from prometheus_client.parser import text_string_to_metric_families
+
+from probes.http import request
 
 Snapshot = dict[str, float]  # sample name (with _sum/_count/_total suffixes) -> summed value
 
 
 def fetch_snapshot(base_url: str, path: str = "/metrics", timeout_s: float = 5.0) -> Snapshot:
     """One scrape, summed over label sets. Raises OSError/HTTPException when unreachable."""
-    u = urlsplit(base_url)
-    conn = http.client.HTTPConnection(u.hostname or "127.0.0.1", u.port or 80, timeout=timeout_s)
-    try:
-        conn.request("GET", path)
-        resp = conn.getresponse()
-        body = resp.read().decode("utf-8", "replace")
-        if resp.status != 200:
-            raise http.client.HTTPException(f"{path} answered {resp.status}")
-    finally:
-        conn.close()
-    return parse_snapshot(body)
+    status, body = request("GET", base_url.rstrip("/") + path, timeout_s=timeout_s)
+    if status != 200:
+        raise http.client.HTTPException(f"{path} answered {status}")
+    return parse_snapshot(body.decode("utf-8", "replace"))
 
 
 def parse_snapshot(text: str) -> Snapshot:

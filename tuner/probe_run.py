@@ -20,10 +20,11 @@ from pydantic import BaseModel, ConfigDict
 
 from probes.client import LoadClient, normalize_base_url, run_load
 from probes.diagnose import Diagnosis, run_diagnosis
+from probes.http import request
 from probes.metrics import LoadMetrics, summarize
 from probes.workload import SyntheticWorkload, Tokenizer, Workload, prepare_requests
 from tuner.engines import get_engine
-from tuner.engines.base import ServerProcess, check_ready, free_port, http_json
+from tuner.engines.base import ServerProcess, check_ready, free_port
 from tuner.hardware import Hardware, detect_hardware, template_context
 from tuner.models import resolve_model
 from tuner.space import SpaceError, load_space, space_path
@@ -101,7 +102,7 @@ def _server(
         # An endpoint of unknown make: ask once whether it takes ignore_eos (vLLM does; servers
         # that reject unknown fields, like transformers serve, answer 4xx), and whether the served
         # name is a local model folder whose weights the roofline can size.
-        status, _ = http_json(
+        status, _ = request(
             "POST",
             url + "/v1/completions",
             {"model": name, "prompt": "Hi", "max_tokens": 1, "ignore_eos": True},

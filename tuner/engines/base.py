@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Protocol
 
 from probes.client import normalize_base_url
+from probes.http import request
 
 HOST = "127.0.0.1"
 
@@ -83,37 +84,20 @@ def tail(path: Path, n_bytes: int = 20_000) -> str:
         return ""
 
 
-def http_json(
-    method: str, url: str, body: dict | None = None, timeout_s: float = 10.0
-) -> tuple[int, bytes]:
-    u = url.split("://", 1)[1]
-    hostport, _, path = u.partition("/")
-    host, _, port = hostport.partition(":")
-    conn = http.client.HTTPConnection(host, int(port or 80), timeout=timeout_s)
-    try:
-        data = json.dumps(body).encode() if body is not None else None
-        headers = {"Content-Type": "application/json"} if data else {}
-        conn.request(method, "/" + path, body=data, headers=headers)
-        resp = conn.getresponse()
-        return resp.status, resp.read()
-    finally:
-        conn.close()
-
-
 def check_ready(base_url: str, served_model: str | None, timeout_s: float = 60.0) -> str:
     """One pass of the readiness checks after /health; returns the served model name.
 
     Raises:
         OSError/ValueError: not ready yet (the caller retries).
     """
-    status, body = http_json("GET", base_url + "/v1/models")
+    status, body = request("GET", base_url + "/v1/models")
     if status != 200:
         raise ValueError(f"/v1/models answered {status}")
     names = [m["id"] for m in json.loads(body).get("data", [])]
     if not names:
         raise ValueError("/v1/models lists no model")
     name = str(served_model if served_model in names else names[0])
-    status, body = http_json(
+    status, body = request(
         "POST",
         base_url + "/v1/completions",
         {"model": name, "prompt": "Hello", "max_tokens": 1, "temperature": 0.0},
@@ -205,7 +189,7 @@ class ServerProcess:
                     f"not ready after {self.startup_timeout_s:.0f} s (last check: {last})",
                 )
             try:
-                status, _ = http_json("GET", self.base_url + self.health_path, timeout_s=5.0)
+                status, _ = request("GET", self.base_url + self.health_path, timeout_s=5.0)
                 if status == 200:
                     self.served_model = check_ready(self.base_url, served_model)
                     self.startup_s = time.monotonic() - t0
