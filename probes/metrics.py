@@ -24,6 +24,7 @@ from collections.abc import Sequence
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
+from probes.quality import QualityCheck
 from probes.records import RequestRecord
 from probes.slo import LatencySLO, SLOSet, margin
 
@@ -89,6 +90,11 @@ class LoadMetrics(BaseModel):
     client_cpu_pct: float | None = None
     kv_cache_peak_pct: float | None = None
     errors: dict[str, int] = {}
+    # Speculative decoding, from the engine's counters over the window (MEASUREMENT.md):
+    acceptance_rate: float | None = None  # accepted / draft tokens
+    mean_acceptance_length: float | None = None  # 1 + accepted / drafts
+    # The configuration's quality against the baseline (set on a trial's metrics, not per point)
+    quality: QualityCheck | None = None
 
 
 def _meets(rec: RequestRecord, slo: LatencySLO) -> bool:

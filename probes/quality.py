@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Literal
 
@@ -84,17 +86,49 @@ def token_logprobs(choice: dict[str, Any]) -> list[float]:
     return out
 
 
+def _map_bounded(
+    fn: Callable[[str], Any], texts: Sequence[str], concurrency: int, budget_s: float | None
+) -> list[Any]:
+    """``fn`` over ``texts`` with a few requests in flight; QualityError past ``budget_s``
+    (a configuration that slow is not worth measuring further: requests already sent finish
+    under their own timeout)."""
+    t0 = time.monotonic()
+    out: list[Any] = []
+    with ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:
+        futures = [pool.submit(fn, t) for t in texts]
+        try:
+            for f in futures:
+                left = None if budget_s is None else budget_s - (time.monotonic() - t0)
+                if left is not None and left <= 0:
+                    raise TimeoutError
+                out.append(f.result(timeout=left))
+        except TimeoutError:
+            for f in futures:
+                f.cancel()
+            raise QualityError(
+                f"too slow to evaluate: {len(out)} of {len(texts)} texts in {budget_s:.0f} s"
+            ) from None
+    return out
+
+
 def perplexity(
-    base_url: str, model: str, texts: Sequence[str] | None = None, timeout_s: float = 120.0
+    base_url: str,
+    model: str,
+    texts: Sequence[str] | None = None,
+    timeout_s: float = 120.0,
+    *,
+    concurrency: int = 4,
+    budget_s: float | None = None,
 ) -> Quality:
     """Pooled perplexity of the evaluation set on the server (module docstring).
 
     Raises:
-        QualityError: the server gives no prompt log-probabilities or answers an error.
+        QualityError: the server gives no prompt log-probabilities, answers an error, or the
+            whole set takes longer than ``budget_s``.
     """
     texts = list(texts) if texts is not None else eval_texts()
-    total, n = 0.0, 0
-    for text in texts:
+
+    def one(text: str) -> list[float]:
         data = _completion(
             base_url,
             {
@@ -107,12 +141,45 @@ def perplexity(
             },
             timeout_s,
         )
-        lps = token_logprobs(data["choices"][0])
+        return token_logprobs(data["choices"][0])
+
+    total, n = 0.0, 0
+    for lps in _map_bounded(one, texts, concurrency, budget_s):
         total += sum(lps)
         n += len(lps)
     if n == 0:
         raise QualityError("no prompt tokens were scored")
     return Quality(metric="perplexity", value=math.exp(-total / n), n_tokens=n, n_texts=len(texts))
+
+
+class Continuation(BaseModel):
+    """One greedy continuation: token ids where the server returns them (vLLM's
+    ``return_token_ids``), else None and the text is compared character by character;
+    ``margins`` is the log-probability gap between the chosen token and the runner-up at each
+    position, where the server gives the top two (a gap near 0 is a near-tie)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    ids: list[int] | None
+    text: str
+    tokens: list[str] | None = None
+    margins: list[float] | None = None
+
+    @property
+    def units(self) -> list[int] | str:
+        return self.ids if self.ids is not None else self.text
+
+
+def _margins(choice: dict[str, Any]) -> tuple[list[str] | None, list[float] | None]:
+    lp = choice.get("logprobs") or {}
+    top = lp.get("top_logprobs")
+    if not top:
+        return lp.get("tokens"), None
+    gaps = []
+    for pos in top:
+        vals = sorted((float(v) for v in (pos or {}).values()), reverse=True)
+        gaps.append(vals[0] - vals[1] if len(vals) >= 2 else math.inf)
+    return lp.get("tokens"), gaps
 
 
 def greedy_continuations(
@@ -121,12 +188,14 @@ def greedy_continuations(
     texts: Sequence[str] | None = None,
     n_tokens: int = 32,
     timeout_s: float = 120.0,
-) -> list[list[int] | str]:
-    """Greedy continuations of the evaluation set: token ids where the server returns them
-    (vLLM's ``return_token_ids``), else the text (compared character by character)."""
+    *,
+    budget_s: float | None = None,
+) -> list[Continuation]:
+    """Greedy continuations of ``texts``, one request at a time (concurrency 1, so batching
+    cannot change the arithmetic); QualityError past ``budget_s``."""
     texts = list(texts) if texts is not None else eval_texts()
-    out: list[list[int] | str] = []
-    for text in texts:
+
+    def one(text: str) -> Continuation:
         data = _completion(
             base_url,
             {
@@ -134,25 +203,32 @@ def greedy_continuations(
                 "prompt": text,
                 "max_tokens": n_tokens,
                 "temperature": 0.0,
+                "logprobs": 2,
                 "return_token_ids": True,
             },
             timeout_s,
         )
         choice = data["choices"][0]
         ids = choice.get("token_ids")
-        out.append(list(ids) if ids is not None else str(choice.get("text", "")))
-    return out
+        tokens, margins = _margins(choice)
+        return Continuation(
+            ids=list(ids) if ids is not None else None,
+            text=str(choice.get("text", "")),
+            tokens=tokens,
+            margins=margins,
+        )
+
+    return list(_map_bounded(one, texts, 1, budget_s))
 
 
-def greedy_agreement(
-    got: Sequence[list[int] | str], baseline: Sequence[list[int] | str]
-) -> Quality:
+def greedy_agreement(got: Sequence[Continuation], baseline: Sequence[Continuation]) -> Quality:
     """Share of positions equal to the baseline's, each prompt compared up to its first
     divergence (after which a continuation is not comparable position by position)."""
     if len(got) != len(baseline):
         raise ValueError("the continuations and the baseline cover different prompts")
     same = total = 0
-    for g, b in zip(got, baseline, strict=True):
+    for gc, bc in zip(got, baseline, strict=True):
+        g, b = gc.units, bc.units
         total += len(b)
         for x, y in zip(g, b, strict=False):
             if x != y:
@@ -173,3 +249,41 @@ def degradation_pct(q: Quality, baseline: Quality) -> float:
     if q.metric == "perplexity":
         return (q.value / baseline.value - 1.0) * 100.0
     return (baseline.value - q.value) / baseline.value * 100.0
+
+
+class QualityCheck(BaseModel):
+    """One configuration's quality against the run's unquantised baseline (the gate)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    metric: Literal["perplexity", "greedy_agreement"]
+    value: float
+    baseline_value: float
+    degradation_pct: float
+    limit_pct: float | None  # the quality SLO (None: no gate)
+    holds: bool
+    n_tokens: int
+    n_texts: int
+
+    @property
+    def margin(self) -> float:
+        """Optuna's sign rule: <= 0 holds."""
+        if self.limit_pct is None:
+            return -1.0
+        if self.limit_pct <= 0:
+            return 0.0 if self.degradation_pct <= 0 else 1.0
+        return self.degradation_pct / self.limit_pct - 1.0
+
+
+def check(q: Quality, baseline: Quality, limit_pct: float | None) -> QualityCheck:
+    deg = degradation_pct(q, baseline)
+    return QualityCheck(
+        metric=q.metric,
+        value=q.value,
+        baseline_value=baseline.value,
+        degradation_pct=deg,
+        limit_pct=limit_pct,
+        holds=limit_pct is None or deg <= limit_pct,
+        n_tokens=q.n_tokens,
+        n_texts=q.n_texts,
+    )

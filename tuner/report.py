@@ -3,7 +3,12 @@
 Statuses of a trial: ``ok`` (a load met every SLO: it has a score), ``infeasible`` (it started,
 but no load met the SLOs, not even concurrency 1), ``failed`` (it did not start or broke: the
 reason is in ``error``), ``abandoned`` (it was clearly beaten at the best configuration's load
-and the capacity search stopped early; the reason is in ``error``).
+and the capacity search stopped early; the reason is in ``error``), ``no_effect`` (it started,
+but the engine's log says a chosen option did nothing, so it was not measured).
+
+An ``ok`` trial can still be barred from the recommendation (``rejected``): its quality broke
+the quality SLO, or speculative decoding changed its greedy outputs without
+``--accept-divergence``. Its timings stay in the report.
 """
 
 from __future__ import annotations
@@ -17,11 +22,13 @@ import orjson
 from pydantic import BaseModel, ConfigDict
 
 from probes.diagnose import Diagnosis
+from probes.exactness import Exactness
 from probes.metrics import LoadMetrics, Verdict
+from probes.quality import QualityCheck
 from tuner.hardware import Hardware
 
 SCHEMA_VERSION = 1
-TrialStatus = Literal["ok", "infeasible", "failed", "abandoned"]
+TrialStatus = Literal["ok", "infeasible", "failed", "abandoned", "no_effect"]
 
 
 class Strict(BaseModel):
@@ -61,6 +68,9 @@ class TrialReport(Strict):
     points: list[PointReport] = []
     log_file: str | None = None
     wall_s: float = 0.0
+    quality: QualityCheck | None = None  # where a quantisation knob is not the default
+    exactness: Exactness | None = None  # where speculative decoding is on
+    rejected: str | None = None  # why an ok trial may not be recommended
 
 
 class StageReport(Strict):
@@ -73,6 +83,7 @@ class StageReport(Strict):
     best_params: dict[str, Any] | None
     best_score: float | None
     gain: float | None  # best score / score carried in from before this stage
+    best_trial: int | None = None  # the trial carried out of this stage (0: the baseline)
 
 
 class Recommendation(Strict):
@@ -124,6 +135,9 @@ class Report(Strict):
     trials: list[TrialReport]
     stages: list[StageReport]
     recommended: Recommendation | None
+    # The exactness check of the recommended speculative configuration, or of the best
+    # speculative one that was not recommended because its outputs changed.
+    exactness: Exactness | None = None
     timing: Timing | None
     notes: list[str] = []
     error: str | None = None

@@ -6,7 +6,11 @@ Order of a run:
    start here), scored by a capacity search like every trial.
 3. The stages in the space's order, each an Optuna search starting from the previous winner.
    ``--trials`` counts configurations started after the baseline, across all stages; the time
-   budget stops the search early enough to leave time for step 4.
+   budget is shared between the stages and stops the search early enough to leave time for
+   step 4. A configuration with a non-default quantisation knob is measured against the
+   baseline's quality (perplexity) and barred from the recommendation when it breaks the quality
+   SLO; one with speculative decoding has its greedy outputs compared with the configuration it
+   started from, and is barred when they differ unless the user accepts it.
 4. Confirmation: the winner is started again from its launch command and measured at its load
    with enough requests for the SLO percentile; if the SLOs fail there, the load steps down until
    they hold. Only then is ``meets_slo`` set.
@@ -28,6 +32,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from functools import partial
 from pathlib import Path
 from typing import Any, Literal
 
@@ -36,7 +41,19 @@ from pydantic import BaseModel, ConfigDict
 
 from probes.client import LoadClient, run_load
 from probes.diagnose import Diagnosis, run_diagnosis
+from probes.exactness import EXACT_TOKENS, Exactness, compare, describe, exact_prompts
 from probes.metrics import LoadMetrics, Verdict, judge, summarize
+from probes.quality import (
+    Continuation,
+    Quality,
+    QualityCheck,
+    QualityError,
+    check,
+    eval_texts,
+    greedy_agreement,
+    greedy_continuations,
+    perplexity,
+)
 from probes.server_metrics import PeakSampler, delta, fetch_snapshot
 from probes.slo import SLOSet
 from probes.workload import SyntheticWorkload, Tokenizer, Workload, prepare_requests
@@ -57,7 +74,7 @@ from tuner.report import (
     write_atomic,
 )
 from tuner.search import Outcome, StageResult, run_stage
-from tuner.space import STAGE_ORDER, SearchSpace, load_space, space_path
+from tuner.space import STAGE_ORDER, SearchSpace, found_in_log, load_space, space_path
 
 Progress = Callable[[str], None]
 RunStatus = Literal["complete", "interrupted", "failed"]
@@ -69,7 +86,13 @@ SERVER_COUNTERS = (
     "vllm:request_decode_time_seconds_count",
     "vllm:request_queue_time_seconds_sum",
     "vllm:num_preemptions_total",
+    "vllm:spec_decode_num_drafts_total",
+    "vllm:spec_decode_num_draft_tokens_total",
+    "vllm:spec_decode_num_accepted_tokens_total",
 )
+DEFAULT_QUALITY_PCT = 1.0  # perplexity may rise by at most 1 % unless --slo quality=X% says
+QUALITY_BUDGET_S = 90.0  # a configuration slower than this to score the evaluation set is out
+GREEDY_BUDGET_S = 60.0
 
 
 class TuneOptions(BaseModel):
@@ -99,6 +122,10 @@ class TuneOptions(BaseModel):
     # The recommendation is confirmed with every latency SLO at most (1 - headroom) x its limit,
     # so that another client, a longer run or a noisy neighbour still sees the SLO hold.
     headroom: float = 0.10
+    draft_model: str | None = None  # a draft model for speculative decoding (path or hub id)
+    eagle_model: str | None = None  # an EAGLE head for speculative decoding
+    quantized_model: str | None = None  # a pre-quantised checkpoint of the same model
+    accept_divergence: bool = False  # allow a speculative config whose greedy outputs changed
     command: list[str] = []
 
 
@@ -155,6 +182,14 @@ class Runner:
         self.diagnosis: Diagnosis | None = None
         self.probe_s = 0.0
         self.model_path = ""
+        self.quality_ref: Quality | list[Continuation] | None = None  # the baseline's quality
+        self.quality_ref_error: str | None = None
+        self.greedy: dict[int, list[Continuation]] = {}  # trial number -> greedy outputs
+        self.reference: int | None = None  # the trial speculative configs are compared with
+        self.stage_deadline = math.inf
+        self.planned: set[str] = set()
+        slo_q = opts.slos.quality
+        self.quality_limit = slo_q.max_degradation_pct if slo_q else DEFAULT_QUALITY_PCT
         self.deadline = (
             self.clock.t0 + opts.time_budget_s if opts.time_budget_s is not None else math.inf
         )
@@ -199,8 +234,13 @@ class Runner:
         model = resolve_model(self.opts.model)
         self.model_path = model.path
         path = self.opts.space_file or space_path(self.engine.name, self.hw.device)
-        self.space = load_space(path).for_machine(len(self.hw.gpus))
-        self.ctx = template_context(self.hw)
+        self.ctx = {
+            **template_context(self.hw),
+            "draft_model": self.opts.draft_model or "",
+            "eagle_model": self.opts.eagle_model or "",
+            "quantized_model": self.opts.quantized_model or "",
+        }
+        self.space = load_space(path).for_machine(len(self.hw.gpus), self.ctx)
         if isinstance(self.opts.workload, SyntheticWorkload):
             self.tokenizer: Tokenizer | None = self._load_tokenizer(model.path)
         else:
@@ -210,9 +250,15 @@ class Runner:
             f"model {model.name} ({model.path}); engine {self.engine.version()}; "
             f"{self.hw.label}; search space {path.name}"
         )
+        quality = (
+            ""
+            if self.opts.slos.quality
+            else f"; quality degradation <= {self.quality_limit:g} % (the default)"
+        )
         self.say(
             "SLOs: "
             + "; ".join(self.opts.slos.labels)
+            + quality
             + f"; error rate <= {self.opts.max_error_rate:.1%}"
         )
 
@@ -227,11 +273,14 @@ class Runner:
     def _spec(self, params: dict[str, Any], baseline: bool) -> LaunchSpec:
         assert self.space is not None
         common = self.space.common
+        base_args, base_env = list(self.space.baseline.args), dict(self.space.baseline.env)
         if baseline:
-            args, env = list(self.space.baseline.args), dict(self.space.baseline.env)
+            args, env = base_args, base_env
         else:
+            # A trial starts from the baseline's settings; its knobs override them.
             emit = self.space.render(params, self.ctx)
-            args, env = emit.args, emit.env
+            args = [*_without_flags(base_args, emit.args), *emit.args]
+            env = {**base_env, **emit.env}
         args = [*common.args, *args]
         env = {**common.env, **env}
         return self.engine.launch_spec(self.model_path, args, env, free_port())
@@ -259,6 +308,7 @@ class Runner:
 
     def _best(self) -> TrialReport | None:
         ok = [t for t in [self.baseline, *self.trials] if t and t.status == "ok"]
+        ok = [t for t in ok if not t.rejected]
         return max(ok, key=lambda t: t.score_tokens_per_s or 0.0) if ok else None
 
     def _abandon_rule(self, best: TrialReport | None) -> Callable[[PointOutcome], str | None]:
@@ -314,29 +364,182 @@ class Runner:
             with self._server(spec, tdir / "server.log") as server:
                 trial.startup_s = server.startup_s
                 self.say(f"{label}: ready in {trial.startup_s:.0f} s")
-                start_c = (
-                    int(best.load["concurrency"])
-                    if best and best.load
-                    else (self.opts.start_concurrency)
-                )
-                trial.warmup_s = self._warmup(server, start_c)
-                if baseline and self.opts.probe:
-                    self._diagnose(server)
-                cap = find_capacity(
-                    lambda c: self._point(server, trial, tdir, c, self._n_search(c), label),
-                    start=start_c,
-                    max_concurrency=self.opts.max_concurrency,
-                    abandon=None if baseline else self._abandon_rule(best),
-                    max_points=7,
-                    should_stop=self._points_time_left,
-                )
-                self._score(trial, cap)
+                if why := self._no_effect(params, tdir / "server.log"):
+                    trial.status, trial.error = "no_effect", why
+                    self.say(f"{label}: not measured: {why}")
+                else:
+                    self._measure_trial(server, trial, tdir, label, best)
         except EngineStartError as exc:
             trial.status, trial.error = "failed", str(exc)
             self.say(f"{label}: failed to start: {exc}")
         trial.wall_s = time.monotonic() - t_start
         write_atomic(tdir / "trial.json", dump_json(trial))
         return trial
+
+    def _measure_trial(
+        self,
+        server: ServerProcess,
+        trial: TrialReport,
+        tdir: Path,
+        label: str,
+        best: TrialReport | None,
+    ) -> None:
+        """On a ready engine: warm-up, the baseline's probe and references, the quality gate,
+        the capacity search, then the exactness check."""
+        baseline = trial.stage == "baseline"
+        start_c = (
+            int(best.load["concurrency"]) if best and best.load else self.opts.start_concurrency
+        )
+        trial.warmup_s = self._warmup(server, start_c)
+        if baseline:
+            if self.opts.probe:
+                self._diagnose(server)
+            if self._wants("quantisation"):
+                self._baseline_quality(server)
+        elif best is not None and best.warmup_s and trial.warmup_s > 3 * best.warmup_s + 20:
+            trial.status, trial.error = (
+                "abandoned",
+                f"warm-up took {trial.warmup_s:.0f} s against {best.warmup_s:.0f} s for the best "
+                "configuration at the same load: far slower",
+            )
+            self.say(f"{label}: abandoned: {trial.error}")
+            return
+        if not baseline and self.space and self.space.changed("quantisation", trial.params):
+            try:
+                trial.quality = self._quality(server)
+            except QualityError as exc:
+                trial.status, trial.error = "failed", f"quality could not be measured: {exc}"
+                self.say(f"{label}: {trial.error}")
+                return
+            q = trial.quality
+            self.say(
+                f"{label}: quality {q.metric} {q.value:.4g} against {q.baseline_value:.4g} "
+                f"({q.degradation_pct:+.2f} %, limit {self.quality_limit:g} %)"
+            )
+        cap = find_capacity(
+            lambda c: self._point(server, trial, tdir, c, self._n_search(c), label),
+            start=start_c,
+            max_concurrency=self.opts.max_concurrency,
+            abandon=None if baseline else self._abandon_rule(best),
+            max_points=7,
+            should_stop=self._points_time_left,
+        )
+        self._score(trial, cap)
+        if trial.quality is not None:
+            if trial.metrics is not None:
+                trial.metrics.quality = trial.quality
+            if not trial.quality.holds:
+                trial.rejected = (
+                    f"quality: {trial.quality.metric} degraded {trial.quality.degradation_pct:.2f} "
+                    f"% against the baseline, over the {self.quality_limit:g} % allowed"
+                )
+        if trial.status == "ok":
+            self._exactness(server, trial, tdir, label, best)
+        if trial.rejected:
+            self.say(f"{label}: not recommendable: {trial.rejected}")
+
+    def _wants(self, stage: str) -> bool:
+        """Whether the space has this stage and --stages does not leave it out."""
+        in_space = self.space is not None and self.space.stage(stage) is not None
+        return in_space and (self.opts.stages is None or stage in self.opts.stages)
+
+    def _no_effect(self, params: dict[str, Any], log: Path) -> str | None:
+        """A chosen option the engine's log says did nothing (the space's ``no_effect_log``)."""
+        if self.space is None:
+            return None
+        text = log.read_text(encoding="utf-8", errors="replace") if log.exists() else ""
+        for choice, pattern in self.space.no_effect_patterns(params):
+            if line := found_in_log(pattern, text):
+                return f"{choice} had no effect: the server log says {line[-200:]!r}"
+        return None
+
+    def _baseline_quality(self, server: ServerProcess) -> None:
+        """The reference for the quality gate: perplexity where the engine gives prompt
+        log-probabilities, else greedy continuations (for greedy-token agreement)."""
+        model = server.served_model or self.model_path
+        try:
+            self.quality_ref = perplexity(server.base_url, model, budget_s=QUALITY_BUDGET_S)
+            self.say(f"quality reference: perplexity {self.quality_ref.value:.4g}")
+        except QualityError as exc:
+            try:
+                self.quality_ref = greedy_continuations(
+                    server.base_url, model, eval_texts(8), budget_s=QUALITY_BUDGET_S
+                )
+                self.notes.append(
+                    f"perplexity unavailable ({exc}); quality is greedy-token agreement"
+                )
+            except QualityError as exc2:
+                self.quality_ref_error = str(exc2)
+                self.notes.append(f"the baseline's quality could not be measured: {exc2}")
+
+    def _quality(self, server: ServerProcess) -> QualityCheck:
+        """This configuration's quality against the baseline's. Raises QualityError."""
+        model = server.served_model or self.model_path
+        ref = self.quality_ref
+        if ref is None:
+            raise QualityError(self.quality_ref_error or "no baseline quality to compare with")
+        if isinstance(ref, Quality):
+            q = perplexity(server.base_url, model, budget_s=QUALITY_BUDGET_S)
+            return check(q, ref, self.quality_limit)
+        got = greedy_continuations(server.base_url, model, eval_texts(8), budget_s=QUALITY_BUDGET_S)
+        full = Quality(metric="greedy_agreement", value=1.0, n_tokens=1, n_texts=len(ref))
+        return check(greedy_agreement(got, ref), full, self.quality_limit)
+
+    def _exactness(
+        self,
+        server: ServerProcess,
+        trial: TrialReport,
+        tdir: Path,
+        label: str,
+        best: TrialReport | None,
+    ) -> None:
+        """Greedy outputs at concurrency 1: kept as the reference by a configuration that may
+        be carried into the speculative stage, compared with that reference by one that uses
+        speculative decoding."""
+        if self.space is None or not self._wants("speculative"):
+            return
+        speculative = bool(self.space.changed("speculative", trial.params))
+        new_best = not trial.rejected and (
+            best is None or (trial.score_tokens_per_s or 0.0) > (best.score_tokens_per_s or 0.0)
+        )
+        if not speculative and not new_best:
+            return
+        prompts = exact_prompts()
+        try:
+            outs = greedy_continuations(
+                server.base_url,
+                server.served_model or self.model_path,
+                prompts,
+                EXACT_TOKENS,
+                budget_s=GREEDY_BUDGET_S,
+            )
+        except QualityError as exc:
+            if speculative:
+                trial.exactness = Exactness(checked=False, reason=f"greedy outputs: {exc}")
+                trial.rejected = trial.rejected or f"exactness not checked: {exc}"
+            return
+        write_atomic(tdir / "greedy.json", orjson.dumps([o.model_dump() for o in outs]))
+        if not speculative:
+            self.greedy[trial.number] = outs
+            return
+        ref = self.greedy.get(self.reference) if self.reference is not None else None
+        if ref is None:
+            trial.exactness = Exactness(
+                checked=False,
+                reason="the configuration it started from has no greedy outputs to compare with",
+            )
+        else:
+            trial.exactness = compare(outs, ref, prompts, self.reference)
+        self.say(f"{label}: exactness: {describe(trial.exactness)}")
+        if trial.exactness.identical:
+            return
+        if not trial.exactness.checked:
+            trial.rejected = trial.rejected or f"exactness {describe(trial.exactness)}"
+        elif not self.opts.accept_divergence:
+            trial.rejected = trial.rejected or (
+                f"speculative decoding changed the greedy outputs ({describe(trial.exactness)}); "
+                "--accept-divergence allows it"
+            )
 
     def _diagnose(self, server: ServerProcess) -> None:
         """The probe, on the baseline server: where the time goes, which stages can pay off."""
@@ -433,6 +636,7 @@ class Runner:
             if after:
                 d = delta(before, after)
                 server_delta = {k: d[k] for k in SERVER_COUNTERS if k in d}
+                _acceptance(metrics, server_delta)
         return metrics, res.records, server_delta
 
     @staticmethod
@@ -480,15 +684,29 @@ class Runner:
         rps = max(best.metrics.requests_per_s, 1e-3)
         return (best.startup_s or 60.0) + 30.0 + self._n_confirm(c) / rps
 
-    def _time_left_reason(self) -> str | None:
-        left = self.deadline - time.monotonic()
+    def _time_left_reason(self, started: list[int] | None = None) -> str | None:
+        now = time.monotonic()
+        left = self.deadline - now
         need = self._trial_estimate_s() + self._confirm_estimate_s()
         if left < need:
             return (
                 f"time budget: {left:.0f} s left, a trial and the confirmation need about "
                 f"{need:.0f} s"
             )
+        # A stage keeps its share of the budget for the stages after it (its first trial
+        # always runs if the whole budget allows).
+        if started and now + self._trial_estimate_s() > self.stage_deadline:
+            return "this stage's share of the time budget is spent (later stages keep theirs)"
         return None
+
+    def _set_stage_deadline(self, n_trials: int, later_trials: int) -> None:
+        """This stage's share of the time left, in proportion to its planned trials."""
+        if not math.isfinite(self.deadline):
+            self.stage_deadline = math.inf
+            return
+        left = self.deadline - time.monotonic() - self._confirm_estimate_s()
+        share = n_trials / max(1, n_trials + later_trials)
+        self.stage_deadline = time.monotonic() + max(0.0, left) * share
 
     def _points_time_left(self) -> str | None:
         """Stop a capacity search early when the budget must keep time for the confirmation."""
@@ -548,11 +766,11 @@ class Runner:
         self.baseline = self.evaluate(0, "baseline", {})
         if self.space.common.reason:
             self.notes.append(self.space.common.reason)
-        defaults = {k.name: k.default for k in self.space.knobs().values()}
         carried: dict[str, Any] = {}
         spare = 0  # trials a stage did not use pass on to the next
         number = 1
-        for name, planned, why, expected in self._plan():
+        plan = self._plan()
+        for i_stage, (name, planned, why, expected) in enumerate(plan):
             stage = self.space.stage(name)
             if planned is None or stage is None or planned + spare <= 0:
                 reason = why if planned is None else f"no trials left in --trials; {why}"
@@ -573,8 +791,13 @@ class Runner:
             n_trials = planned + spare
             before = self._best()
             score_before = before.score_tokens_per_s if before else None
+            if name == "speculative":
+                # Speculative configurations are checked against the one they start from.
+                self.reference = before.number if before else None
+            later = sum(p or 0 for _, p, _, _ in plan[i_stage + 1 :])
+            self._set_stage_deadline(n_trials, later)
             known: list[tuple[dict[str, Any], Outcome]] = []
-            stage_defaults = {k.name: defaults[k.name] for k in stage.knobs}
+            stage_defaults = stage.defaults()
             if self.baseline and None not in stage_defaults.values() and not carried:
                 known.append((stage_defaults, self._outcome(self.baseline)))
             numbers: list[int] = []
@@ -597,7 +820,7 @@ class Runner:
                 n_trials=n_trials,
                 seed=self.opts.seed,
                 known=known,
-                should_stop=self._time_left_reason,
+                should_stop=partial(self._time_left_reason, started=numbers),
             )
             spare = n_trials - result.started
             best = result.best()
@@ -619,6 +842,7 @@ class Runner:
                     trials=numbers,
                     best_params=best_trial.params if best_trial else None,
                     best_score=best_trial.score_tokens_per_s if best_trial else None,
+                    best_trial=best_trial.number if best_trial else None,
                     gain=gain,
                     prediction_held=_prediction_held(expected, gain),
                 )
@@ -630,13 +854,16 @@ class Runner:
 
     @staticmethod
     def _outcome(t: TrialReport) -> Outcome:
+        if t.status == "ok" and t.rejected:
+            m = t.quality.margin if t.quality and not t.quality.holds else 1.0
+            return Outcome("infeasible", 0.0, max(m, 1e-6), t)
         if t.status == "ok":
             at_best = [p.verdict.worst_margin for p in t.points if p.load == t.load]
             return Outcome("ok", t.score_tokens_per_s or 0.0, min(at_best, default=0.0), t)
         if t.status == "infeasible":
             m = min((p.verdict.worst_margin for p in t.points), default=1.0)
             return Outcome("infeasible", 0.0, max(m, 1e-6), t)
-        if t.status == "abandoned":
+        if t.status in ("abandoned", "no_effect"):
             return Outcome("pruned", 0.0, 1.0, t)
         return Outcome("failed", 0.0, 1.0, t)
 
@@ -707,6 +934,7 @@ class Runner:
             self.say(f"{label}: failed to start: {exc}")
             return
         base = self.baseline.score_tokens_per_s if self.baseline else None
+        metrics.quality = best.quality
         self.recommended = Recommendation(
             params=best.params,
             env=spec.env,
@@ -731,6 +959,23 @@ class Runner:
         )
 
     # ----------------------------------------------------------------- report
+    def _report_exactness(self) -> Exactness | None:
+        """The recommended configuration's exactness check, or, where the recommendation has
+        no speculative decoding, the best speculative configuration's (with why it lost)."""
+        if self.recommended is not None:
+            rec = next((t for t in self.trials if t.number == self.recommended.from_trial), None)
+            if rec is not None and rec.exactness is not None:
+                return rec.exactness
+        spec = [t for t in self.trials if t.exactness is not None and t.status == "ok"]
+        if not spec:
+            return None
+        top = max(spec, key=lambda t: t.score_tokens_per_s or 0.0)
+        assert top.exactness is not None
+        why = top.rejected or "it was not the fastest configuration"
+        return top.exactness.model_copy(
+            update={"reason": f"trial {top.number}, not recommended: {why}. {top.exactness.reason}"}
+        )
+
     def _write_report(self, status: RunStatus, error: str | None) -> Report:
         from tuner.render import render_markdown
 
@@ -762,7 +1007,10 @@ class Runner:
                 SLOReport(metric=s.metric, percentile=s.percentile, limit_ms=s.limit_ms)
                 for s in self.opts.slos.latency
             ],
-            quality_slo=self.opts.slos.quality.model_dump() if self.opts.slos.quality else None,
+            quality_slo={
+                "max_degradation_pct": self.quality_limit,
+                "default": self.opts.slos.quality is None,
+            },
             max_error_rate=self.opts.max_error_rate,
             options=self.opts.model_dump(
                 mode="json", exclude={"slos", "workload", "command", "model", "engine"}
@@ -777,6 +1025,7 @@ class Runner:
             trials=self.trials,
             stages=self.stage_reports,
             recommended=self.recommended,
+            exactness=self._report_exactness(),
             timing=Timing(
                 wall_s=wall,
                 engine_starts=c.engine_starts,
@@ -792,6 +1041,33 @@ class Runner:
         write_atomic(self.out / "report.json", dump_json(report))
         write_atomic(self.out / "report.md", render_markdown(report).encode())
         return report
+
+
+def _acceptance(metrics: LoadMetrics, d: dict[str, float]) -> None:
+    """Speculative decoding's acceptance over one window (MEASUREMENT.md), where it ran."""
+    drafts = d.get("vllm:spec_decode_num_drafts_total", 0.0)
+    drafted = d.get("vllm:spec_decode_num_draft_tokens_total", 0.0)
+    accepted = d.get("vllm:spec_decode_num_accepted_tokens_total", 0.0)
+    if drafted > 0:
+        metrics.acceptance_rate = accepted / drafted
+    if drafts > 0:
+        metrics.mean_acceptance_length = 1.0 + accepted / drafts
+
+
+def _without_flags(base: list[str], override: list[str]) -> list[str]:
+    """``base`` launch arguments without the flags (and their values) that ``override`` sets."""
+    taken = {a for a in override if a.startswith("--")}
+    out: list[str] = []
+    i = 0
+    while i < len(base):
+        a = base[i]
+        has_value = i + 1 < len(base) and not base[i + 1].startswith("--")
+        if a.startswith("--") and a in taken:
+            i += 2 if has_value else 1
+            continue
+        out.append(a)
+        i += 1
+    return out
 
 
 def _prediction_held(expected: str | None, gain: float | None) -> bool | None:

@@ -128,12 +128,13 @@ def run_stage(
     result = StageResult(stage.name)
     knobs = {k.name: k for k in stage.knobs}
     for params, outcome in known:
-        if set(params) != set(dists) or not _valid(knobs, params):
+        active = {k.name for k in stage.active(params)}
+        if set(params) != active or not _valid(knobs, params):
             continue
         study.add_trial(
             optuna.trial.create_trial(
                 params=params,
-                distributions=dists,
+                distributions={n: dists[n] for n in params},
                 value=outcome.score,
                 constraints={CONSTRAINT: _finite(outcome.constraint)},
                 user_attrs={"status": "known"},
@@ -149,8 +150,8 @@ def run_stage(
         if why := should_stop():
             result.stopped_because = why
             break
-        trial = study.ask(dists)
-        params = dict(trial.params)
+        trial = study.ask()
+        params = _sample(trial, stage, dists)
         key = _key(params)
         if key in seen:
             # Proposed again: reuse the measurement instead of restarting the engine.
@@ -169,6 +170,23 @@ def run_stage(
     else:
         result.stopped_because = f"trial budget reached ({n_trials})"
     return result
+
+
+def _sample(trial: optuna.Trial, stage: Stage, dists: dict[str, BaseDistribution]) -> dict:
+    """Define-by-run: each knob is sampled only where its ``when`` condition holds."""
+    params: dict[str, Any] = {}
+    for knob in stage.knobs:
+        if knob not in stage.active(params):
+            continue
+        d = dists[knob.name]
+        if isinstance(d, IntDistribution):
+            params[knob.name] = trial.suggest_int(knob.name, d.low, d.high, step=d.step, log=d.log)
+        elif isinstance(d, FloatDistribution):
+            params[knob.name] = trial.suggest_float(knob.name, d.low, d.high, log=d.log)
+        else:
+            assert isinstance(d, CategoricalDistribution)
+            params[knob.name] = trial.suggest_categorical(knob.name, d.choices)
+    return params
 
 
 def _valid(knobs: dict[str, Knob], params: dict[str, Any]) -> bool:

@@ -9,13 +9,28 @@ How a knob value is rendered:
   ``flag_false`` (if any) when false;
 - ``env: VLLM_CPU_KVCACHE_SPACE`` -> ``{"VLLM_CPU_KVCACHE_SPACE": "4"}`` (bools as 1/0);
 - a categorical with ``options`` maps each choice to its own ``args`` and ``env``.
+- ``json_arg: --speculative-config`` with ``json_key: num_speculative_tokens`` -> one key of a
+  JSON object; all keys for the same ``json_arg`` are merged into one argument,
+  ``["--speculative-config", '{"method": "ngram", "num_speculative_tokens": 3}']``; an option's
+  ``json`` does the same for a categorical choice.
 Strings may use ``{cpu_list}``, ``{last_cpu}``, ``{n_cpus}``, ``{n_gpus}`` and ``{prefix}``,
-filled from the machine (tuner.hardware.template_context).
+filled from the machine (tuner.hardware.template_context), and the user's paths
+``{draft_model}``, ``{eagle_model}`` and ``{quantized_model}``; an option that ``requires`` one
+of them is left out of the space when the user did not name it.
+
+Conditional knobs: ``when: {speculative_method: [ngram]}`` makes a knob exist only when an
+earlier knob of the same stage has one of the listed values (Optuna samples it only then).
+
+An option may name ``no_effect_log``: a regular expression that, found in the server's log,
+means the option was accepted but did nothing (vLLM 0.32's ``int8_per_channel_weight_only``
+logs "Quantizing 0 layers" on a dense model); such a trial is recorded as ``no_effect``.
 """
 
 from __future__ import annotations
 
+import json
 import math
+import re
 from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
@@ -36,6 +51,22 @@ class Emit(BaseModel):
 
     args: list[str] = []
     env: dict[str, str] = {}
+    json_: dict[str, dict[str, Scalar]] = Field(default={}, alias="json")
+    requires: list[str] = []  # template keys (user paths) this option needs
+    no_effect_log: str | None = None  # a log line that means the option did nothing
+
+    def merge(self, other: Emit) -> None:
+        self.args += other.args
+        self.env.update(other.env)
+        for flag, obj in other.json_.items():
+            self.json_.setdefault(flag, {}).update(obj)
+
+    def finish(self) -> Emit:
+        """The JSON-valued arguments appended to ``args`` (keys sorted, so stable)."""
+        args = list(self.args)
+        for flag, obj in self.json_.items():
+            args += [flag, json.dumps(obj, sort_keys=True)]
+        return Emit(args=args, env=dict(self.env))
 
 
 class Knob(BaseModel):
@@ -54,6 +85,9 @@ class Knob(BaseModel):
     flag: str | None = None
     flag_false: str | None = None
     env: str | None = None
+    json_arg: str | None = None  # the JSON-valued argument this knob is one key of
+    json_key: str | None = None
+    when: dict[str, list[Scalar]] = {}  # exists only when earlier knobs have these values
     min_gpus: int = 0  # the knob applies only with at least this many GPUs
 
     @model_validator(mode="after")
@@ -73,10 +107,13 @@ class Knob(BaseModel):
                     raise ValueError(f"knob {self.name}: choices and options disagree")
             if not self.choices:
                 raise ValueError(f"knob {self.name}: a categorical needs choices")
-        if not (self.flag or self.flag_false or self.env or self.options):
+        if not (self.flag or self.flag_false or self.env or self.options or self.json_arg):
             raise ValueError(
-                f"knob {self.name}: say how it is rendered (flag, flag_false, env or options)"
+                f"knob {self.name}: say how it is rendered (flag, flag_false, env, json_arg "
+                "or options)"
             )
+        if bool(self.json_arg) != bool(self.json_key):
+            raise ValueError(f"knob {self.name}: json_arg and json_key go together")
         if self.flag_false and self.type != "bool":
             raise ValueError(f"knob {self.name}: flag_false is for bool knobs only")
         # `default` is the engine's own value and may lie outside the searched range.
@@ -111,7 +148,13 @@ class Knob(BaseModel):
             return Emit(
                 args=[a.format_map(ctx) for a in opt.args],
                 env={k: v.format_map(ctx) for k, v in opt.env.items()},
+                json={
+                    flag: {k: _fill(v, ctx) for k, v in obj.items()}
+                    for flag, obj in opt.json_.items()
+                },
             )
+        if self.json_arg and self.json_key:
+            return Emit(json={self.json_arg: {self.json_key: value}})
         args: list[str] = []
         env: dict[str, str] = {}
         if self.type == "bool":
@@ -129,6 +172,10 @@ class Knob(BaseModel):
         return Emit(args=args, env=env)
 
 
+def _fill(value: Scalar, ctx: dict[str, Any]) -> Scalar:
+    return value.format_map(ctx) if isinstance(value, str) else value
+
+
 def _fmt(value: Any) -> str:
     if isinstance(value, float) and math.isfinite(value) and value == int(value):
         return str(int(value))
@@ -142,6 +189,22 @@ class Stage(BaseModel):
     help: str = ""
     knobs: list[Knob]
     candidates: list[dict[str, Scalar]] = []  # good starting points, enqueued before the sampler
+
+    def active(self, params: dict[str, Any]) -> list[Knob]:
+        """The knobs that exist given ``params`` (``when`` conditions), in order."""
+        return [k for k in self.knobs if _active(k, params)]
+
+    def defaults(self) -> dict[str, Any]:
+        """The engine's own values of this stage's knobs that exist under those values."""
+        out: dict[str, Any] = {}
+        for k in self.knobs:
+            if _active(k, out):
+                out[k.name] = k.default
+        return out
+
+
+def _active(knob: Knob, params: dict[str, Any]) -> bool:
+    return all(params.get(name) in values for name, values in knob.when.items())
 
 
 class Baseline(BaseModel):
@@ -176,8 +239,16 @@ class SearchSpace(BaseModel):
                 if knob.name in seen:
                     raise ValueError(f"knob {knob.name} appears twice")
                 seen.add(knob.name)
+            earlier: set[str] = set()
+            for knob in stage.knobs:
+                if bad := set(knob.when) - earlier:
+                    raise ValueError(
+                        f"knob {knob.name}: 'when' names {sorted(bad)}, not an earlier knob of "
+                        f"stage {stage.name}"
+                    )
+                earlier.add(knob.name)
             for i, cand in enumerate(stage.candidates):
-                known = {k.name: k for k in stage.knobs}
+                known = {k.name: k for k in stage.active(cand)}
                 for key, value in cand.items():
                     if key not in known:
                         raise ValueError(
@@ -193,12 +264,27 @@ class SearchSpace(BaseModel):
     def knobs(self) -> dict[str, Knob]:
         return {k.name: k for s in self.stages for k in s.knobs}
 
-    def for_machine(self, n_gpus: int) -> SearchSpace:
-        """A copy without the knobs this machine cannot use (``min_gpus``)."""
-        stages = [
-            s.model_copy(update={"knobs": [k for k in s.knobs if k.min_gpus <= n_gpus]})
-            for s in self.stages
-        ]
+    def for_machine(self, n_gpus: int, ctx: dict[str, Any] | None = None) -> SearchSpace:
+        """A copy without what this machine or run cannot use: knobs that need more GPUs
+        (``min_gpus``) and options that need a path the user did not give (``requires``), with
+        the candidates that used them."""
+        have = {k for k, v in (ctx or {}).items() if v not in (None, "")}
+        stages = []
+        for s in self.stages:
+            knobs = []
+            for k in s.knobs:
+                if k.min_gpus > n_gpus:
+                    continue
+                if k.options is not None:
+                    opts = {n: o for n, o in k.options.items() if set(o.requires) <= have}
+                    if not opts:
+                        continue
+                    choices = [c for c in k.choices or [] if str(c) in opts]
+                    k = k.model_copy(update={"options": opts, "choices": choices})
+                knobs.append(k)
+            stage = s.model_copy(update={"knobs": knobs})
+            cands = [c for c in s.candidates if _fits(stage, c)]
+            stages.append(stage.model_copy(update={"candidates": cands}))
         return self.model_copy(update={"stages": stages})
 
     def render(self, params: dict[str, Any], ctx: dict[str, Any]) -> Emit:
@@ -216,10 +302,48 @@ class SearchSpace(BaseModel):
                 v = knobs[name].validate_value(value)
             except ValueError as exc:
                 raise SpaceError(str(exc)) from None
-            e = knobs[name].render(v, ctx)
-            out.args += e.args
-            out.env.update(e.env)
+            try:
+                out.merge(knobs[name].render(v, ctx))
+            except KeyError as exc:
+                raise SpaceError(f"knob {name}: no value for the template {exc}") from None
+        return out.finish()
+
+    def no_effect_patterns(self, params: dict[str, Any]) -> list[tuple[str, str]]:
+        """(knob=value, regex) for each chosen option that names a ``no_effect_log``."""
+        out = []
+        for name, value in params.items():
+            knob = self.knobs().get(name)
+            opt = (knob.options or {}).get(str(value)) if knob else None
+            if opt is not None and opt.no_effect_log:
+                out.append((f"{name}={value}", opt.no_effect_log))
         return out
+
+    def changed(self, stage: str, params: dict[str, Any]) -> dict[str, Any]:
+        """The knobs of ``stage`` in ``params`` whose value differs from the engine default."""
+        st = self.stage(stage)
+        if st is None:
+            return {}
+        return {
+            k.name: params[k.name]
+            for k in st.knobs
+            if k.name in params and params[k.name] != k.default
+        }
+
+
+def _fits(stage: Stage, cand: dict[str, Any]) -> bool:
+    known = {k.name: k for k in stage.active(cand)}
+    try:
+        for key, value in cand.items():
+            known[key].validate_value(value)
+    except (KeyError, ValueError):
+        return False
+    return True
+
+
+def found_in_log(pattern: str, log_text: str) -> str | None:
+    """The first log line matching ``pattern``, or None."""
+    rx = re.compile(pattern)
+    return next((ln.strip() for ln in log_text.splitlines() if rx.search(ln)), None)
 
 
 def space_path(engine: str, device: str) -> Path:
