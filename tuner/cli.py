@@ -44,6 +44,17 @@ def parse_duration(text: str) -> float:
     return sum(float(a) * {"h": 3600, "m": 60, "s": 1}[b] for a, b in parts)
 
 
+def _looks_local(value: str) -> bool:
+    return value.startswith(("/", ".", "~")) or Path(value).exists()
+
+
+def _abs(value: str | None) -> str | None:
+    """A local model folder as an absolute path (the engine runs elsewhere); a hub id as is."""
+    if value is None or not _looks_local(value):
+        return value
+    return str(Path(value).expanduser().resolve())
+
+
 def _sigterm(*_: object) -> None:
     raise KeyboardInterrupt  # run the same clean-up as Ctrl-C
 
@@ -89,6 +100,26 @@ def tune_cmd(
         str | None,
         typer.Option(help="run only these stages, e.g. batching,quantisation [default: all]"),
     ] = None,
+    draft_model: Annotated[
+        str | None,
+        typer.Option(help="a draft model (folder or hub id) the speculative stage may try"),
+    ] = None,
+    eagle_model: Annotated[
+        str | None,
+        typer.Option(help="an EAGLE head (folder or hub id) the speculative stage may try"),
+    ] = None,
+    quantized_model: Annotated[
+        str | None,
+        typer.Option(help="a pre-quantised checkpoint of --model the quantisation stage may try"),
+    ] = None,
+    accept_divergence: Annotated[
+        bool,
+        typer.Option(
+            "--accept-divergence",
+            help="allow recommending speculative decoding whose greedy outputs differ from "
+            "the same configuration without it",
+        ),
+    ] = False,
 ) -> None:
     """Tune a server: baseline, then the search stages, then a confirmed recommendation."""
     if ctx.invoked_subcommand is not None:
@@ -131,6 +162,13 @@ def tune_cmd(
             fail(f"--stages {stages!r}: unknown stage(s) {bad}; known: {', '.join(STAGE_ORDER)}")
     if search_space is not None and not search_space.is_file():
         fail(f"--search-space {search_space} does not exist")
+    for flag, value in (
+        ("--draft-model", draft_model),
+        ("--eagle-model", eagle_model),
+        ("--quantized-model", quantized_model),
+    ):
+        if value is not None and _looks_local(value) and not Path(value).expanduser().is_dir():
+            fail(f"{flag} {value} is not a folder (give a model folder or a hub id)")
 
     from tuner import api
     from tuner.engines import ENGINES
@@ -153,6 +191,10 @@ def tune_cmd(
             space_file=search_space,
             stages=stage_list,
             headroom=headroom_frac,
+            draft_model=_abs(draft_model),
+            eagle_model=_abs(eagle_model),
+            quantized_model=_abs(quantized_model),
+            accept_divergence=accept_divergence,
             command=["autotune", *sys.argv[1:]],
         )
     except api.UserError as exc:

@@ -6,8 +6,10 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
+from probes.exactness import describe
 from probes.metrics import Dist, LoadMetrics
-from tuner.report import Report, TrialReport
+from probes.quality import QualityCheck
+from tuner.report import Report, StageReport, TrialReport
 
 
 def _ms(x: float | None) -> str:
@@ -40,6 +42,32 @@ def _bar(value: float, top: float, width: int = 24) -> str:
     return "█" * n + "·" * (width - n)
 
 
+def _quality(q: QualityCheck | None) -> str:
+    if q is None:
+        return "-"
+    what = "perplexity" if q.metric == "perplexity" else "agreement"
+    mark = "" if q.holds else " ✗"
+    return f"{what} {q.value:.4g} ({q.degradation_pct:+.2f} %){mark}"
+
+
+def _spec(t: TrialReport) -> str:
+    parts = []
+    m = t.metrics or (t.points[-1].metrics if t.points else None)
+    if m is not None and m.acceptance_rate is not None:
+        length = f", length {m.mean_acceptance_length:.2f}" if m.mean_acceptance_length else ""
+        parts.append(f"accepted {m.acceptance_rate:.0%}{length}")
+    e = t.exactness
+    if e is not None:
+        if not e.checked:
+            parts.append("exactness not checked")
+        elif e.identical:
+            parts.append("outputs identical")
+        elif e.first_divergence is not None:
+            d = e.first_divergence
+            parts.append(f"outputs diverged (prompt {d.prompt_index}, token {d.position})")
+    return "; ".join(parts) or "-"
+
+
 def _trial_row(t: TrialReport, top: float, defaults: dict[str, Any]) -> str:
     m = t.metrics
     score = t.score_tokens_per_s or 0.0
@@ -47,12 +75,66 @@ def _trial_row(t: TrialReport, top: float, defaults: dict[str, Any]) -> str:
     ttft = _lat(m.ttft_ms) if m else "-"
     tpot = _lat(m.tpot_ms) if m else "-"
     why = f" {t.error}" if t.error else ""
+    if t.rejected:
+        why += f"; not recommendable: {t.rejected}"
     start = f"{t.startup_s:.0f} s" if t.startup_s is not None else "-"
     settings = _params(t.params, defaults) if t.params else "baseline"
     return (
         f"| {t.number} | {t.stage} | {settings} | {t.status}{why} | {load} | "
-        f"{score:.0f} `{_bar(score, top)}` | {ttft} | {tpot} | {start} |"
+        f"{score:.0f} `{_bar(score, top)}` | {ttft} | {tpot} | {_quality(t.quality)} | "
+        f"{_spec(t)} | {start} |"
     )
+
+
+def _waterfall(r: Report) -> list[str]:
+    """Baseline, then the configuration carried out of each stage, with its gain."""
+    if r.baseline is None or not r.stages:
+        return []
+    by_number = {t.number: t for t in [r.baseline, *r.trials]}
+    rows: list[tuple[str, TrialReport | None, StageReport | None]] = [
+        ("baseline", r.baseline, None)
+    ]
+    for st in r.stages:
+        t = by_number.get(st.best_trial) if st.best_trial is not None else None
+        rows.append((f"after {st.name}", t if st.status == "run" else None, st))
+    top = max((t.score_tokens_per_s or 0.0 for _, t, _ in rows if t), default=0.0)
+    base = r.baseline.score_tokens_per_s
+    out = [
+        "## Stage by stage",
+        "",
+        "Each stage starts from the configuration the stage before carried out. Score = output "
+        "tokens/s at the highest concurrency meeting every SLO (search measurement); TTFT and "
+        "time per output token are p50 / p99 there.",
+        "",
+        "| step | configuration | score (tok/s) | step gain | vs baseline | TTFT | TPOT | "
+        "quality | speculative |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    prev = base
+    prev_number: int | None = None
+    for label, t, s in rows:
+        if s is not None and s.status == "skipped":
+            out.append(f"| {label} | skipped: {s.reason} | | | | | | | |")
+            continue
+        if t is None:
+            out.append(f"| {label} | nothing met the SLOs | | | | | | | |")
+            continue
+        score = t.score_tokens_per_s or 0.0
+        step = f"{score / prev:.2f}x" if prev else "-"
+        total = f"{score / base:.2f}x" if base else "-"
+        which = "baseline" if t.number == 0 else f"trial {t.number}"
+        if t.number == prev_number:
+            which += " (unchanged: nothing better)"
+        prev_number = t.number
+        m = t.metrics
+        out.append(
+            f"| {label} | {which} | {score:.0f} `{_bar(score, top, 16)}` | {step} | {total} | "
+            f"{_lat(m.ttft_ms) if m else '-'} | {_lat(m.tpot_ms) if m else '-'} | "
+            f"{_quality(t.quality)} | {_spec(t)} |"
+        )
+        prev = score or prev
+    out.append("")
+    return out
 
 
 def _metrics_table(m: LoadMetrics) -> list[str]:
@@ -77,7 +159,12 @@ def render_markdown(r: Report) -> str:
         f"{r.hardware.label}. Workload `{r.workload.get('spec') or r.workload.get('path')}`."
     )
     slos = "; ".join(f"p{s.percentile} {s.metric.upper()} <= {_ms(s.limit_ms)}" for s in r.slo)
-    out += ["", f"**SLOs**: {slos}; error rate <= {r.max_error_rate:.1%}.", ""]
+    q = r.quality_slo or {}
+    quality = ""
+    if "max_degradation_pct" in q:
+        dflt = " (the default)" if q.get("default") else ""
+        quality = f"; quality degradation <= {q['max_degradation_pct']:g} %{dflt}"
+    out += ["", f"**SLOs**: {slos}{quality}; error rate <= {r.max_error_rate:.1%}.", ""]
     rec = r.recommended
     base = r.baseline
     if rec:
@@ -104,6 +191,19 @@ def render_markdown(r: Report) -> str:
                 if m.kv_cache_peak_pct is not None
                 else ""
             ),
+            *([f"- Quality against the baseline: {_quality(m.quality)}"] if m.quality else []),
+            *(
+                [
+                    f"- Speculative decoding: {m.acceptance_rate:.0%} of drafted tokens accepted"
+                    + (
+                        f", {m.mean_acceptance_length:.2f} tokens per step"
+                        if m.mean_acceptance_length
+                        else ""
+                    )
+                ]
+                if m.acceptance_rate is not None
+                else []
+            ),
             "",
             "Launch it:",
             "",
@@ -118,6 +218,11 @@ def render_markdown(r: Report) -> str:
         ]
     else:
         out += ["## Recommendation", "", "None: no configuration met the SLOs.", ""]
+    if r.exactness is not None:
+        out += [f"**Exactness of speculative decoding**: {describe(r.exactness)}.", ""]
+        if r.exactness.reason:
+            out += [r.exactness.reason + ".", ""]
+    out += _waterfall(r)
     out += _probe_section(r)
     if base:
         out += [
@@ -137,8 +242,9 @@ def render_markdown(r: Report) -> str:
         "Score = output tokens/s at the highest concurrency that met every SLO. "
         "TTFT and TPOT are p50 / p99 at that load.",
         "",
-        "| # | stage | settings | status | load | score (tok/s) | TTFT | TPOT | start-up |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| # | stage | settings | status | load | score (tok/s) | TTFT | TPOT | quality | "
+        "speculative | start-up |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
         *(_trial_row(t, top, r.knob_defaults) for t in allt),
         "",
     ]
@@ -228,10 +334,14 @@ def render_summary(r: Report, report_dir: str) -> str:
             f"meets SLO: {'yes' if rec.meets_slo else 'no'}",
             f"  launch: {shell_command(rec.launch_command, rec.env)}",
         ]
+        if m.quality:
+            lines.insert(-1, f"  quality: {_quality(m.quality)}")
     elif r.status != "complete":
         lines.append(f"  no recommendation: the run {r.status} before one was confirmed")
     else:
         lines.append("  no configuration met the SLOs")
+    if r.exactness is not None:
+        lines.append(f"  speculative decoding exactness: {describe(r.exactness)}")
     lines.append(f"  report: {report_dir}/report.md (and report.json)")
     return "\n".join(lines)
 

@@ -798,8 +798,9 @@ class Runner:
             self._set_stage_deadline(n_trials, later)
             known: list[tuple[dict[str, Any], Outcome]] = []
             stage_defaults = stage.defaults()
-            if self.baseline and None not in stage_defaults.values() and not carried:
-                known.append((stage_defaults, self._outcome(self.baseline)))
+            if before is not None and None not in stage_defaults.values():
+                # The configuration carried in is this stage's defaults: already measured.
+                known.append((stage_defaults, self._outcome(before)))
             numbers: list[int] = []
 
             def evaluate(

@@ -341,9 +341,11 @@ def _fits(stage: Stage, cand: dict[str, Any]) -> bool:
 
 
 def found_in_log(pattern: str, log_text: str) -> str | None:
-    """The first log line matching ``pattern``, or None."""
+    """The first log line matching ``pattern``, or None; the command line the log starts with
+    (``$ argv``) is not the engine speaking and is skipped."""
     rx = re.compile(pattern)
-    return next((ln.strip() for ln in log_text.splitlines() if rx.search(ln)), None)
+    lines = (ln.strip() for ln in log_text.splitlines() if not ln.startswith("$ "))
+    return next((ln for ln in lines if rx.search(ln)), None)
 
 
 def space_path(engine: str, device: str) -> Path:

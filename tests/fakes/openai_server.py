@@ -5,7 +5,15 @@ or not) and ``/metrics`` (a few ``vllm:*`` Prometheus lines). Knobs:
 
 - ``ttft_ms``: delay before the first content chunk; ``itl_ms``: delay between content chunks;
 - ``max_concurrent``: requests served at once (a semaphore; the rest wait, like a batch limit);
-- ``send_usage``: whether the usage chunk is sent when the client asks for it.
+- ``send_usage``: whether the usage chunk is sent when the client asks for it;
+- ``quality_loss``: nats added to every prompt token's negative log-probability (a worse
+  "quantised" model: perplexity x e^loss), for ``prompt_logprobs``;
+- ``spec_tokens``: speculative decoding with this many drafted tokens per step (0: off): the
+  ``vllm:spec_decode_*`` counters grow (half of the drafted tokens accepted), and with
+  ``diverge_at`` >= 0 the greedy output differs from the plain one at that position.
+
+Output token i of every answer is the word ``tok{i}`` with token id i (``return_token_ids``);
+``logprobs: 2`` gives the top two per position, 1 nat apart.
 
 A prompt that starts with ``FAIL`` is answered with HTTP 500. Prompt tokens are counted as
 whitespace-separated words, so tests can predict ``usage.prompt_tokens``; output tokens are
@@ -48,6 +56,7 @@ class Stats:
     """What the server saw; read from the test thread (plain ints and lists)."""
 
     n_requests: int = 0
+    n_tokens: int = 0
     in_flight: int = 0
     max_in_flight: int = 0
     running: int = 0
@@ -81,6 +90,9 @@ def build_app(
     send_usage: bool = True,
     stats: Stats | None = None,
     reject_fields: tuple[str, ...] = (),
+    quality_loss: float = 0.0,
+    spec_tokens: int = 0,
+    diverge_at: int = -1,
 ) -> web.Application:
     """The aiohttp application; ``stats`` is filled in as requests arrive."""
     st = stats if stats is not None else Stats()
@@ -93,7 +105,22 @@ def build_app(
         return web.json_response({"object": "list", "data": [{"id": model, "object": "model"}]})
 
     async def metrics(_: web.Request) -> web.Response:
-        text = (
+        drafts = st.n_tokens // 2 if spec_tokens else 0
+        spec = (
+            (
+                "# TYPE vllm:spec_decode_num_drafts counter\n"
+                f'vllm:spec_decode_num_drafts_total{{model_name="{model}"}} {drafts}\n'
+                "# TYPE vllm:spec_decode_num_draft_tokens counter\n"
+                f'vllm:spec_decode_num_draft_tokens_total{{model_name="{model}"}} '
+                f"{drafts * spec_tokens}\n"
+                "# TYPE vllm:spec_decode_num_accepted_tokens counter\n"
+                f'vllm:spec_decode_num_accepted_tokens_total{{model_name="{model}"}} '
+                f"{drafts * spec_tokens / 2}\n"
+            )
+            if spec_tokens
+            else ""
+        )
+        text = spec + (
             "# HELP vllm:num_requests_running Requests running.\n"
             "# TYPE vllm:num_requests_running gauge\n"
             f'vllm:num_requests_running{{model_name="{model}"}} {st.running}\n'
@@ -140,6 +167,7 @@ def build_app(
     async def _answer(request: web.Request, body: dict[str, Any], chat: bool) -> web.StreamResponse:
         n_out = int(body.get("max_tokens") or 16)
         n_prompt = _prompt_tokens(body, chat)
+        st.n_tokens += n_out
         usage = {
             "prompt_tokens": n_prompt,
             "completion_tokens": n_out,
@@ -155,6 +183,19 @@ def build_app(
                 else {"index": 0, "text": text}
             )
             choice["finish_reason"] = "length"
+            ids = [i + (1000 if spec_tokens and i == diverge_at else 0) for i in range(n_out)]
+            if body.get("return_token_ids"):
+                choice["token_ids"] = ids
+            if body.get("logprobs"):
+                choice["logprobs"] = {
+                    "tokens": [f"tok{i}" for i in ids],
+                    "top_logprobs": [{f"tok{i}": -0.1, "other": -1.1} for i in ids],
+                }
+            if body.get("prompt_logprobs") is not None:
+                lp = -3.0 - quality_loss
+                choice["prompt_logprobs"] = [None] + [
+                    {str(i): {"logprob": lp, "rank": 1}} for i in range(1, n_prompt)
+                ]
             return web.json_response(
                 {
                     "id": "cmpl-fake",
@@ -301,8 +342,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fail-start", action="store_true", help="print an error, exit 1")
     parser.add_argument("--spawn-child", action="store_true", help="start a sleeping child")
     parser.add_argument("--child-ignores-sigterm", action="store_true")
+    parser.add_argument("--hang", action="store_true", help="never become ready")
+    parser.add_argument("--log-line", default=None, help="print this line at start")
+    parser.add_argument("--quality-loss", type=float, default=0.0)
+    parser.add_argument("--speculative-config", default=None, help="JSON, as vLLM's")
+    parser.add_argument("--diverge-at", type=int, default=-1)
     args, _unknown = parser.parse_known_args(argv)  # vLLM-style arguments are ignored
 
+    if args.log_line:
+        print(args.log_line, flush=True)
+    if args.hang:
+        time.sleep(3600)
+        return 1
+    spec = json.loads(args.speculative_config) if args.speculative_config else {}
     if args.spawn_child:
         child = _spawn_child(args.child_ignores_sigterm)
         print(f"spawned child pid {child.pid}", flush=True)
@@ -315,6 +367,9 @@ def main(argv: list[str] | None = None) -> int:
         ttft_ms=args.ttft_ms,
         itl_ms=args.itl_ms,
         max_concurrent=args.max_concurrent,
+        quality_loss=args.quality_loss,
+        spec_tokens=int(spec.get("num_speculative_tokens", 0)),
+        diverge_at=args.diverge_at,
     )
     # No signal handlers of its own: SIGTERM ends it at once, as the default action does.
     web.run_app(

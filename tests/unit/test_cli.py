@@ -22,6 +22,7 @@ def test_help() -> None:
     assert "--trials" in result.output
     assert "--workload" in result.output
     assert "--model" in result.output
+    assert "--accept-divergence" in result.output and "--draft-model" in result.output
 
 
 @pytest.mark.parametrize(
@@ -42,6 +43,9 @@ def test_help() -> None:
         (["--max-error-rate", "1.5"], "--max-error-rate must be in [0, 1)"),
         (["--max-error-rate", "-0.1"], "--max-error-rate must be in [0, 1)"),
         (["--search-space", "no/such/space.yaml"], "--search-space no/such/space.yaml does not"),
+        (["--draft-model", "./no/such/draft"], "--draft-model ./no/such/draft is not a folder"),
+        (["--eagle-model", "/no/such/eagle"], "--eagle-model /no/such/eagle is not a folder"),
+        (["--quantized-model", "~/no/such/q"], "--quantized-model ~/no/such/q is not a folder"),
     ],
 )
 def test_bad_input_is_one_clear_line_and_exit_2(args: list[str], needle: str) -> None:

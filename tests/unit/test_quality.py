@@ -20,7 +20,7 @@ from probes.quality import (
 )
 
 
-def C(units: list[int] | str, margins: list[float] | None = None) -> Continuation:  # noqa: N802
+def C(units: list[int] | str, margins: list[float] | None = None) -> Continuation:
     if isinstance(units, str):
         return Continuation(ids=None, text=units, margins=margins)
     return Continuation(ids=units, text="", tokens=[f"t{u}" for u in units], margins=margins)

@@ -7,6 +7,7 @@ known in shape: requests beyond the limit queue, and TTFT grows with the queue.
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 from pathlib import Path
@@ -214,3 +215,120 @@ def test_stages_option_leaves_out_a_stage_with_its_reason(tmp_path: Path) -> Non
     assert report.trials == []
     batching = next(s for s in report.stages if s.name == "batching")
     assert batching.status == "skipped" and "--stages" in batching.reason
+
+
+SPACE_3 = """
+engine: fake
+device: cpu
+baseline:
+  args: [--max-concurrent, "4"]
+common:
+  args: [--itl-ms, "10"]
+stages:
+  - name: batching
+    knobs:
+      - {name: max_concurrent, type: int, low: 1, high: 16, default: 4, flag: --max-concurrent}
+  - name: quantisation
+    knobs:
+      - name: quantization
+        type: categorical
+        default: none
+        options:
+          none: {}
+          lossy: {args: [--quality-loss, "0.5"]}
+          mild: {args: [--quality-loss, "0.001"]}
+          noop:
+            args: [--log-line, "INFO Quantizing 0 layers of types:"]
+            no_effect_log: Quantizing 0 layers
+          hangs: {args: [--hang]}
+    candidates:
+      - {quantization: lossy}
+      - {quantization: noop}
+      - {quantization: hangs}
+      - {quantization: mild}
+  - name: speculative
+    knobs:
+      - name: speculative_method
+        type: categorical
+        default: none
+        options:
+          none: {}
+          ngram: {json: {--speculative-config: {method: ngram, num_speculative_tokens: 2}}}
+      - name: diverge
+        type: categorical
+        when: {speculative_method: [ngram]}
+        options:
+          "no": {}
+          "yes": {args: [--diverge-at, "3"]}
+    candidates:
+      - {speculative_method: ngram, diverge: "no"}
+      - {speculative_method: ngram, diverge: "yes"}
+"""
+
+
+@pytest.mark.timeout(240)
+def test_quality_gate_no_effect_hang_and_exactness_on_a_fake_engine(tmp_path: Path) -> None:
+    opts = _options(tmp_path, stages=["quantisation", "speculative"], trials=8, startup_timeout_s=6)
+    (tmp_path / "fake.yaml").write_text(SPACE_3)
+    lines: list[str] = []
+    runner = Runner(opts, lines.append, engine=FakeEngine(), hardware=HW)
+    report = runner.run()
+    assert report.status == "complete"
+    by = {t.params.get("diverge", t.params.get("quantization")): t for t in report.trials}
+    # The quality gate: perplexity against the baseline's e^3, +65 % for "lossy".
+    lossy, mild = by["lossy"], by["mild"]
+    assert lossy.quality is not None and lossy.quality.metric == "perplexity"
+    assert lossy.quality.baseline_value == pytest.approx(math.exp(3.0), rel=1e-6)
+    assert lossy.quality.degradation_pct == pytest.approx((math.exp(0.5) - 1) * 100, rel=1e-3)
+    assert not lossy.quality.holds and lossy.rejected and "quality" in lossy.rejected
+    if lossy.status == "ok":
+        assert lossy.metrics is not None and lossy.metrics.quality == lossy.quality
+    assert mild.quality is not None and mild.quality.holds and not mild.rejected
+    assert mild.quality.limit_pct == 1.0  # the default quality SLO
+    # An option the log says did nothing is not measured; a hang costs the start-up timeout.
+    assert by["noop"].status == "no_effect" and "Quantizing 0 layers" in (by["noop"].error or "")
+    assert not by["noop"].points and "INFO Quantizing 0 layers" in (by["noop"].error or "")
+    assert "--log-line" not in (by["noop"].error or "")  # the engine's line, not the command
+    hang = by["hangs"]
+    assert hang.status == "failed" and hang.wall_s < 6 + 5
+    # Speculative trials: acceptance from the counters, exactness against the reference.
+    same, diff = by["no"], by["yes"]
+    for t in (same, diff):
+        assert t.stage == "speculative" and t.metrics is not None
+        assert t.metrics.acceptance_rate == pytest.approx(0.5)
+        assert t.metrics.mean_acceptance_length == pytest.approx(2.0)
+        assert t.exactness is not None and t.exactness.checked
+    assert same.exactness is not None and same.exactness.identical and not same.rejected
+    ex = diff.exactness
+    assert ex is not None and ex.identical is False and ex.first_divergence is not None
+    assert ex.first_divergence.position == 3 and ex.first_divergence.prompt_index == 0
+    assert diff.rejected and "--accept-divergence" in diff.rejected
+    ref = runner.reference
+    assert ref is not None and ex.reference_trial == ref
+    assert ref in (0, mild.number)  # the configuration the speculative stage started from
+    assert report.recommended is not None and report.recommended.from_trial != diff.number
+    assert report.exactness is not None
+    names = [s.name for s in report.stages]
+    assert names == ["batching", "quantisation", "speculative"]
+    assert [s.status for s in report.stages] == ["skipped", "run", "run"]
+    md = (runner.out / "report.md").read_text()
+    assert "## Stage by stage" in md and "after quantisation" in md and "after speculative" in md
+    assert "outputs diverged (prompt 0, token 3)" in md
+    assert any("exactness: diverged" in line for line in lines)
+
+
+@pytest.mark.timeout(120)
+def test_accept_divergence_lets_a_diverging_config_be_recommended(tmp_path: Path) -> None:
+    space = SPACE_3.replace('"no": {}\n', "").replace(
+        '- {speculative_method: ngram, diverge: "no"}\n', ""
+    )
+    opts = _options(
+        tmp_path, stages=["speculative"], trials=1, accept_divergence=True, start_concurrency=4
+    )
+    (tmp_path / "fake.yaml").write_text(space)
+    report = Runner(opts, lambda m: None, engine=FakeEngine(), hardware=HW).run()
+    (t,) = report.trials
+    assert t.exactness is not None and t.exactness.identical is False
+    assert t.rejected is None and t.status == "ok"
+    if report.recommended is not None and report.recommended.from_trial == t.number:
+        assert report.exactness == t.exactness
