@@ -384,12 +384,26 @@ class Runner:
         label: str,
         best: TrialReport | None,
     ) -> None:
-        """On a ready engine: warm-up, the baseline's probe and references, the quality gate,
+        """On a ready engine: the quality gate, warm-up, the baseline's probe and references,
         the capacity search, then the exactness check."""
         baseline = trial.stage == "baseline"
         start_c = (
             int(best.load["concurrency"]) if best and best.load else self.opts.start_concurrency
         )
+        if not baseline and self.space and self.space.changed("quantisation", trial.params):
+            # Before the warm-up, so that a configuration too slow to time still gets its
+            # quality figure (bounded by QUALITY_BUDGET_S).
+            try:
+                trial.quality = self._quality(server)
+            except QualityError as exc:
+                trial.status, trial.error = "failed", f"quality could not be measured: {exc}"
+                self.say(f"{label}: {trial.error}")
+                return
+            q = trial.quality
+            self.say(
+                f"{label}: quality {q.metric} {q.value:.4g} against {q.baseline_value:.4g} "
+                f"({q.degradation_pct:+.2f} %, limit {self.quality_limit:g} %)"
+            )
         trial.warmup_s = self._warmup(server, start_c)
         if baseline:
             if self.opts.probe:
@@ -404,18 +418,6 @@ class Runner:
             )
             self.say(f"{label}: abandoned: {trial.error}")
             return
-        if not baseline and self.space and self.space.changed("quantisation", trial.params):
-            try:
-                trial.quality = self._quality(server)
-            except QualityError as exc:
-                trial.status, trial.error = "failed", f"quality could not be measured: {exc}"
-                self.say(f"{label}: {trial.error}")
-                return
-            q = trial.quality
-            self.say(
-                f"{label}: quality {q.metric} {q.value:.4g} against {q.baseline_value:.4g} "
-                f"({q.degradation_pct:+.2f} %, limit {self.quality_limit:g} %)"
-            )
         cap = find_capacity(
             lambda c: self._point(server, trial, tdir, c, self._n_search(c), label),
             start=start_c,

@@ -53,6 +53,7 @@ def test_short_tuning_run(tmp_path: Path) -> None:
         search_requests_per_slot=2,
         confirm_requests=24,
         startup_timeout_s=400,
+        stages=["batching"],
     )
     data = json.loads((folder / "report.json").read_text())
     assert (folder / "report.md").is_file()
@@ -101,11 +102,66 @@ def test_short_tuning_run(tmp_path: Path) -> None:
         ("quantisation", "skipped"),
         ("speculative", "skipped"),
     ]
-    assert "no quantisation knobs" in data["stages"][1]["reason"]
+    assert "left out by --stages" in data["stages"][1]["reason"]
     probe = data["probe"]
     assert probe is not None and probe["verdict"]["stages"][0]["name"] == "batching"
     assert probe["prefill_rate_tokens_per_s"] > 0 and probe["decode_sweep"]
     assert report.recommended is not None
+    leftover = [p for p in _engine_processes() if p.pid not in before]
+    assert not leftover, f"engine processes left running: {[p.pid for p in leftover]}"
+
+
+@pytest.mark.timeout(900)
+def test_quality_gate_and_exactness_on_the_embedded_default(tmp_path: Path) -> None:
+    """A quantised KV cache is measured against the baseline's perplexity, and n-gram
+    speculation against the greedy outputs of the configuration it started from."""
+    before = {p.pid for p in _engine_processes()}
+    report, folder = api.tune(
+        model="smollm2-135m",
+        slos=parse_slos(["ttft=20s", "quality=5%"]),
+        workload=parse_workload("synthetic:input=64,output=16"),
+        trials=2,
+        output_dir=tmp_path,
+        space_file=CI_SPACE,
+        stages=["quantisation", "speculative"],
+        probe=False,
+        start_concurrency=4,
+        max_concurrency=8,
+        search_min_requests=12,
+        search_requests_per_slot=2,
+        confirm_requests=24,
+        startup_timeout_s=400,
+    )
+    data = json.loads((folder / "report.json").read_text())
+    assert data["status"] == "complete"
+    assert data["quality_slo"] == {"max_degradation_pct": 5.0, "default": False}
+    quant, spec = data["trials"]
+    assert quant["stage"] == "quantisation" and quant["params"] == {"kv_cache_dtype": "fp8"}
+    q = quant["quality"]
+    assert q is not None and q["metric"] == "perplexity" and q["limit_pct"] == 5.0
+    assert q["baseline_value"] > 1 and q["value"] > 1
+    assert q["degradation_pct"] == pytest.approx((q["value"] / q["baseline_value"] - 1) * 100)
+    if quant["status"] == "ok":
+        assert quant["metrics"]["quality"] == q
+    assert spec["stage"] == "speculative" and spec["params"]["speculative_method"] == "ngram"
+    assert "--speculative-config" in spec["launch_command"]
+    assert spec["status"] == "ok", spec
+    m = spec["metrics"]
+    assert m["acceptance_rate"] is not None and 0 <= m["acceptance_rate"] <= 1
+    assert m["mean_acceptance_length"] >= 1
+    ex = spec["exactness"]
+    assert ex["checked"] is True and ex["prompts"] == 8
+    assert ex["reference_trial"] in (0, quant["number"])
+    if ex["identical"]:
+        assert ex["first_divergence"] is None and not spec["rejected"]
+    else:  # a finding, recorded with its position; not recommended without the user's consent
+        d = ex["first_divergence"]
+        assert d["position"] >= 0 and d["prompt"] and spec["rejected"]
+        assert data["recommended"] is None or data["recommended"]["from_trial"] != spec["number"]
+    assert data["exactness"] is not None and data["exactness"]["checked"] is True
+    md = (folder / "report.md").read_text()
+    assert "## Stage by stage" in md and "Exactness of speculative decoding" in md
+    assert report.exactness is not None
     leftover = [p for p in _engine_processes() if p.pid not in before]
     assert not leftover, f"engine processes left running: {[p.pid for p in leftover]}"
 
