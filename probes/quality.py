@@ -37,6 +37,10 @@ MIN_WORDS = 40
 class QualityError(RuntimeError):
     """The server could not be evaluated (no log-probabilities, HTTP errors)."""
 
+    def __init__(self, msg: str, status: int | None = None) -> None:
+        super().__init__(msg)
+        self.status = status
+
 
 class Quality(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -58,7 +62,7 @@ def _completion(base_url: str, body: dict[str, Any], timeout_s: float) -> dict[s
         "POST", normalize_base_url(base_url) + "/v1/completions", body, timeout_s
     )
     if status != 200:
-        raise QualityError(f"/v1/completions answered {status}: {data[:200]!r}")
+        raise QualityError(f"/v1/completions answered {status}: {data[:200]!r}", status)
     return json.loads(data)
 
 
@@ -192,22 +196,20 @@ def greedy_continuations(
     budget_s: float | None = None,
 ) -> list[Continuation]:
     """Greedy continuations of ``texts``, one request at a time (concurrency 1, so batching
-    cannot change the arithmetic); QualityError past ``budget_s``."""
+    cannot change the arithmetic); QualityError past ``budget_s``. Token ids and the top two
+    log-probabilities are asked for, and no longer asked where the server refuses the fields."""
     texts = list(texts) if texts is not None else eval_texts()
+    extras = {"logprobs": 2, "return_token_ids": True}  # dropped where the server refuses them
 
     def one(text: str) -> Continuation:
-        data = _completion(
-            base_url,
-            {
-                "model": model,
-                "prompt": text,
-                "max_tokens": n_tokens,
-                "temperature": 0.0,
-                "logprobs": 2,
-                "return_token_ids": True,
-            },
-            timeout_s,
-        )
+        body = {"model": model, "prompt": text, "max_tokens": n_tokens, "temperature": 0.0}
+        try:
+            data = _completion(base_url, {**body, **extras}, timeout_s)
+        except QualityError as exc:
+            if not extras or exc.status not in (400, 422):
+                raise
+            extras.clear()  # e.g. transformers serve: "Unexpected fields in the request"
+            data = _completion(base_url, body, timeout_s)
         choice = data["choices"][0]
         ids = choice.get("token_ids")
         tokens, margins = _margins(choice)

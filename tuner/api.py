@@ -15,6 +15,7 @@ from typing import Any
 from probes.slo import SLOSet
 from probes.workload import Workload
 from tuner.engines import UnknownEngineError
+from tuner.engines.endpoint import EndpointError
 from tuner.models import ModelError
 from tuner.report import Report
 from tuner.runner import Progress, Runner, TuneOptions
@@ -43,6 +44,6 @@ def tune(
     try:
         runner = Runner(opts, progress) if progress else Runner(opts)
         report = runner.run()
-    except (ModelError, UnknownEngineError, SpaceError) as exc:
+    except (ModelError, UnknownEngineError, SpaceError, EndpointError) as exc:
         raise UserError(str(exc)) from exc
     return report, runner.out

@@ -72,7 +72,21 @@ def tune_cmd(
             f"[default: {DEFAULT_SLO}]"
         ),
     ] = [],  # noqa: B006
-    engine: Annotated[str, typer.Option(help="engine to tune")] = "vllm",
+    engine: Annotated[
+        str, typer.Option(help="engine to tune: vllm, transformers, or endpoint (a running server)")
+    ] = "vllm",
+    endpoint: Annotated[
+        str | None,
+        typer.Option(help="with --engine endpoint: the running server's root URL"),
+    ] = None,
+    served_model: Annotated[
+        str | None,
+        typer.Option(help="with --engine endpoint: the model name it serves [default: its first]"),
+    ] = None,
+    tokenizer: Annotated[
+        str | None,
+        typer.Option(help="tokenizer folder or id for synthetic prompts [default: the model]"),
+    ] = None,
     workload: Annotated[
         str, typer.Option(help="synthetic:input=N,output=M or a .jsonl file")
     ] = DEFAULT_WORKLOAD,
@@ -127,7 +141,14 @@ def tune_cmd(
     from probes.slo import SLOError, parse_slos
     from probes.workload import WorkloadError, parse_workload
 
-    if not model:
+    if engine == "endpoint":
+        if not endpoint:
+            fail("--engine endpoint needs --endpoint URL (the running server's root URL)")
+        if not re.match(r"^https?://[^/\s]+", endpoint):
+            fail(f"--endpoint {endpoint!r} is not an http(s) URL such as http://127.0.0.1:8000")
+    elif endpoint:
+        fail("--endpoint is for --engine endpoint (a server autotune does not start)")
+    elif not model:
         fail("--model is required (try --model smollm2-135m)")
     if trials < 0:
         fail(f"--trials must be >= 0, got {trials}")
@@ -195,6 +216,9 @@ def tune_cmd(
             eagle_model=_abs(eagle_model),
             quantized_model=_abs(quantized_model),
             accept_divergence=accept_divergence,
+            endpoint=endpoint,
+            served_model=served_model,
+            tokenizer=tokenizer,
             command=["autotune", *sys.argv[1:]],
         )
     except api.UserError as exc:

@@ -86,6 +86,15 @@ def _trial_row(t: TrialReport, top: float, defaults: dict[str, Any]) -> str:
     )
 
 
+def _contrast(c: Any) -> str:
+    if c.factor is None:
+        return f"{c.label}: not measured (one side has no configuration that met the SLOs)"
+    return (
+        f"**{c.label}: {c.factor:.2f}x** under the SLOs ({c.on_score:.0f} tokens/s with "
+        f"{c.knob} on, trial {c.on_trial}; {c.off_score:.0f} with it off, trial {c.off_trial})"
+    )
+
+
 def _waterfall(r: Report) -> list[str]:
     """Baseline, then the configuration carried out of each stage, with its gain."""
     if r.baseline is None or not r.stages:
@@ -134,6 +143,10 @@ def _waterfall(r: Report) -> list[str]:
         )
         prev = score or prev
     out.append("")
+    for st in r.stages:
+        c = getattr(st, "contrast", None)
+        if c is not None:
+            out += [_contrast(c) + ".", ""]
     return out
 
 
@@ -205,13 +218,23 @@ def render_markdown(r: Report) -> str:
                 else []
             ),
             "",
-            "Launch it:",
-            "",
-            "```sh",
-            shell_command(rec.launch_command, rec.env),
-            "```",
-            "",
-            f"Settings changed from the engine's defaults: {_params(rec.params, r.knob_defaults)}.",
+            *(
+                [
+                    "Launch it:",
+                    "",
+                    "```sh",
+                    shell_command(rec.launch_command, rec.env),
+                    "```",
+                    "",
+                    "Settings changed from the engine's defaults: "
+                    f"{_params(rec.params, r.knob_defaults)}.",
+                ]
+                if rec.launch_command
+                else [
+                    f"The server at {r.endpoint} was not started by autotune and its settings "
+                    "were not tuned: this is the load it sustains under the SLOs as it runs."
+                ]
+            ),
             "",
             *_metrics_table(m),
             "",
@@ -258,6 +281,9 @@ def render_markdown(r: Report) -> str:
                 None: "",
             }[s.prediction_held]
             out.append(f"- **{s.name}** ({s.status}{g}{held}): {s.reason}")
+            c = getattr(s, "contrast", None)
+            if c is not None:
+                out.append(f"  - {_contrast(c)}")
         out.append("")
     if r.timing:
         t = r.timing
@@ -332,7 +358,9 @@ def render_summary(r: Report, report_dir: str) -> str:
             f"tokens/s{gain}",
             f"  TTFT p50/p99 {_lat(m.ttft_ms)} | TPOT p50/p99 {_lat(m.tpot_ms)} | "
             f"meets SLO: {'yes' if rec.meets_slo else 'no'}",
-            f"  launch: {shell_command(rec.launch_command, rec.env)}",
+            f"  launch: {shell_command(rec.launch_command, rec.env)}"
+            if rec.launch_command
+            else f"  endpoint {r.endpoint}: server settings not tuned; this is its load",
         ]
         if m.quality:
             lines.insert(-1, f"  quality: {_quality(m.quality)}")

@@ -64,13 +64,25 @@ class TrialReport(Strict):
     warmup_s: float | None = None
     score_tokens_per_s: float | None = None  # output tokens/s at the highest load that held
     load: dict[str, float] | None = None  # that load
-    metrics: LoadMetrics | None = None  # measured there
+    metrics: LoadMetrics | None = None  # measured there (without a score: the last point)
     points: list[PointReport] = []
     log_file: str | None = None
     wall_s: float = 0.0
     quality: QualityCheck | None = None  # where a quantisation knob is not the default
     exactness: Exactness | None = None  # where speculative decoding is on
     rejected: str | None = None  # why an ok trial may not be recommended
+
+
+class ContrastReport(Strict):
+    """Best score with a knob on over the best with it off, measured in the same run."""
+
+    label: str
+    knob: str
+    factor: float | None  # None where one side has no configuration that met the SLOs
+    on_score: float | None
+    off_score: float | None
+    on_trial: int | None
+    off_trial: int | None
 
 
 class StageReport(Strict):
@@ -84,12 +96,13 @@ class StageReport(Strict):
     best_score: float | None
     gain: float | None  # best score / score carried in from before this stage
     best_trial: int | None = None  # the trial carried out of this stage (0: the baseline)
+    contrast: ContrastReport | None = None  # the stage's own figure, where its space names one
 
 
 class Recommendation(Strict):
     params: dict[str, Any]
     env: dict[str, str]
-    launch_command: list[str]
+    launch_command: list[str] | None  # None for an endpoint: autotune did not start it
     load: dict[str, float]  # the target load, flat: {"concurrency": N} or {"rate_rps": R}
     achieved_load: dict[str, float]
     metrics: LoadMetrics
@@ -122,6 +135,7 @@ class Report(Strict):
     model_path: str
     engine: str
     engine_version: str
+    endpoint: str | None = None  # --engine endpoint: the server's root URL
     hardware: Hardware
     workload: dict[str, Any]
     slo: list[SLOReport]

@@ -59,10 +59,19 @@ from probes.slo import SLOSet
 from probes.workload import SyntheticWorkload, Tokenizer, Workload, prepare_requests
 from tuner.capacity import CapacityResult, PointOutcome, find_capacity
 from tuner.engines import get_engine
-from tuner.engines.base import Engine, EngineStartError, LaunchSpec, ServerProcess, free_port
+from tuner.engines.base import (
+    Engine,
+    EngineStartError,
+    LaunchSpec,
+    RunningServer,
+    ServerProcess,
+    free_port,
+)
+from tuner.engines.endpoint import AttachedServer, EndpointError, attach
 from tuner.hardware import Hardware, detect_hardware, template_context
 from tuner.models import resolve_model
 from tuner.report import (
+    ContrastReport,
     PointReport,
     Recommendation,
     Report,
@@ -74,7 +83,7 @@ from tuner.report import (
     write_atomic,
 )
 from tuner.search import Outcome, StageResult, run_stage
-from tuner.space import STAGE_ORDER, SearchSpace, found_in_log, load_space, space_path
+from tuner.space import STAGE_ORDER, SearchSpace, Stage, found_in_log, load_space, space_path
 
 Progress = Callable[[str], None]
 RunStatus = Literal["complete", "interrupted", "failed"]
@@ -126,6 +135,9 @@ class TuneOptions(BaseModel):
     eagle_model: str | None = None  # an EAGLE head for speculative decoding
     quantized_model: str | None = None  # a pre-quantised checkpoint of the same model
     accept_divergence: bool = False  # allow a speculative config whose greedy outputs changed
+    endpoint: str | None = None  # --engine endpoint: the running server's root URL
+    served_model: str | None = None  # the model name it serves (default: the first it lists)
+    tokenizer: str | None = None  # for synthetic prompts (default: the model / served name)
     command: list[str] = []
 
 
@@ -169,7 +181,8 @@ class Runner:
         self.rng = random.Random(opts.seed)
         self.run_id = (
             datetime.now().strftime("%Y%m%d-%H%M%S")
-            + f"-{_slug(opts.model)}-{self.engine.name}-{secrets.token_hex(2)}"
+            + f"-{_slug(opts.model or opts.served_model or 'served')}-{self.engine.name}-"
+            + secrets.token_hex(2)
         )
         self.out = opts.output_dir / self.run_id
         self.tokenizer_loader = tokenizer_loader
@@ -182,6 +195,9 @@ class Runner:
         self.diagnosis: Diagnosis | None = None
         self.probe_s = 0.0
         self.model_path = ""
+        # An endpoint is attached to, never launched: only the client-side load is searched.
+        self.attached: AttachedServer | None = None
+        self.launches = bool(getattr(self.engine, "launches", True))
         self.quality_ref: Quality | list[Continuation] | None = None  # the baseline's quality
         self.quality_ref_error: str | None = None
         self.greedy: dict[int, list[Continuation]] = {}  # trial number -> greedy outputs
@@ -231,6 +247,9 @@ class Runner:
 
     def _prepare(self) -> None:
         self.say(f"run {self.run_id}; results in {self.out}")
+        if not self.launches:
+            self._prepare_endpoint()
+            return
         model = resolve_model(self.opts.model)
         self.model_path = model.path
         path = self.opts.space_file or space_path(self.engine.name, self.hw.device)
@@ -240,6 +259,8 @@ class Runner:
             "eagle_model": self.opts.eagle_model or "",
             "quantized_model": self.opts.quantized_model or "",
         }
+        if (n := _max_positions(model.path)) is not None:
+            self.ctx["max_model_len"] = n
         self.space = load_space(path).for_machine(len(self.hw.gpus), self.ctx)
         if isinstance(self.opts.workload, SyntheticWorkload):
             self.tokenizer: Tokenizer | None = self._load_tokenizer(model.path)
@@ -261,6 +282,42 @@ class Runner:
             + quality
             + f"; error rate <= {self.opts.max_error_rate:.1%}"
         )
+
+    def _prepare_endpoint(self) -> None:
+        """Attach to the running server; no search space: nothing of the server is tuned."""
+        if not self.opts.endpoint:
+            raise EndpointError("--engine endpoint needs --endpoint URL")
+        self.say(f"attaching to {self.opts.endpoint} (nothing is launched)")
+        self.attached = attach(self.opts.endpoint, self.opts.served_model)
+        a = self.attached
+        self.model_path = a.served_model
+        self.ctx = template_context(self.hw)
+        self.space = SearchSpace(engine="endpoint", device=self.hw.device, stages=[])
+        self.tokenizer = None
+        if isinstance(self.opts.workload, SyntheticWorkload):
+            source = self.opts.tokenizer or self.opts.model or a.served_model
+            try:
+                self.tokenizer = self._load_tokenizer(source)
+            except Exception as exc:
+                raise EndpointError(
+                    f"synthetic prompts need the served model's tokenizer; {source!r} does not "
+                    f"load ({type(exc).__name__}); give --tokenizer FOLDER_OR_ID"
+                ) from None
+        self.client = LoadClient(a.base_url, timeout_s=self.opts.request_timeout_s)
+        self.say(
+            f"endpoint {a.base_url} serves {a.served_model}; ignore_eos "
+            f"{'accepted' if a.ignore_eos else 'refused: output lengths are what the server gives'}"
+            f"; {self.hw.label}"
+        )
+        self.say("SLOs: " + "; ".join(self.opts.slos.labels))
+        self.notes.append(
+            "endpoint mode: the server's settings were not tuned (autotune did not start it); "
+            "only the client-side load was searched, and the recommendation is a load"
+        )
+
+    @property
+    def ignore_eos(self) -> bool:
+        return self.attached.ignore_eos if self.attached else self.engine.supports_ignore_eos
 
     def _load_tokenizer(self, path: str) -> Tokenizer:
         if self.tokenizer_loader:
@@ -286,12 +343,20 @@ class Runner:
         return self.engine.launch_spec(self.model_path, args, env, free_port())
 
     @contextlib.contextmanager
-    def _server(self, spec: LaunchSpec, log_path: Path) -> Iterator[ServerProcess]:
+    def _server(self, spec: LaunchSpec | None, log_path: Path) -> Iterator[RunningServer]:
         """A started, ready engine (stopped by its process group on exit); start-up is timed.
+        In endpoint mode, the attached server, checked again.
 
         Raises:
-            EngineStartError: it did not become ready.
+            EngineStartError: it did not become ready (or the endpoint stopped answering).
         """
+        if self.attached is not None:
+            try:
+                yield attach(self.attached.base_url, self.attached.served_model)
+            except EndpointError as exc:
+                raise EngineStartError("the endpoint stopped answering", str(exc)) from None
+            return
+        assert spec is not None
         t0 = time.monotonic()
         with ServerProcess(
             spec,
@@ -342,28 +407,32 @@ class Runner:
     def evaluate(self, number: int, stage: str, params: dict[str, Any]) -> TrialReport:
         """Start one configuration, find its capacity, stop it. Never raises for engine trouble."""
         baseline = stage == "baseline"
-        spec = self._spec(params, baseline)
+        spec = self._spec(params, baseline) if self.launches else None
         tdir = self.out / "trials" / f"{number:03d}"
         tdir.mkdir(parents=True, exist_ok=True)
         label = "baseline" if baseline else f"trial {number} ({stage})"
+        if not self.launches:
+            label = "endpoint"
         trial = TrialReport(
             number=number,
             stage=stage,
             params=params,
-            args=spec.argv[spec.argv.index("--port") + 2 :],
-            env=spec.env,
-            launch_command=spec.argv,
+            args=spec.argv[spec.argv.index("--port") + 2 :] if spec else [],
+            env=spec.env if spec else {},
+            launch_command=spec.argv if spec else [],
             status="failed",
-            log_file=str(tdir / "server.log"),
+            log_file=str(tdir / "server.log") if spec else None,
         )
         t_start = time.monotonic()
         shown = " ".join(f"{k}={v}" for k, v in params.items()) or "engine defaults"
-        self.say(f"{label}: starting {self.engine.name} with {shown}")
+        if spec is not None:
+            self.say(f"{label}: starting {self.engine.name} with {shown}")
         best = self._best()
         try:
             with self._server(spec, tdir / "server.log") as server:
-                trial.startup_s = server.startup_s
-                self.say(f"{label}: ready in {trial.startup_s:.0f} s")
+                trial.startup_s = server.startup_s if spec else None
+                if spec:
+                    self.say(f"{label}: ready in {server.startup_s or 0:.0f} s")
                 if why := self._no_effect(params, tdir / "server.log"):
                     trial.status, trial.error = "no_effect", why
                     self.say(f"{label}: not measured: {why}")
@@ -378,7 +447,7 @@ class Runner:
 
     def _measure_trial(
         self,
-        server: ServerProcess,
+        server: RunningServer,
         trial: TrialReport,
         tdir: Path,
         label: str,
@@ -423,7 +492,7 @@ class Runner:
             start=start_c,
             max_concurrency=self.opts.max_concurrency,
             abandon=None if baseline else self._abandon_rule(best),
-            max_points=7,
+            max_points=7 if self.launches else max(1, self.opts.trials),
             should_stop=self._points_time_left,
         )
         self._score(trial, cap)
@@ -435,7 +504,8 @@ class Runner:
                     f"quality: {trial.quality.metric} degraded {trial.quality.degradation_pct:.2f} "
                     f"% against the baseline, over the {self.quality_limit:g} % allowed"
                 )
-        if trial.status == "ok":
+        if trial.status in ("ok", "abandoned", "infeasible"):
+            # Also where it lost on speed: whether speculation changed outputs is a finding.
             self._exactness(server, trial, tdir, label, best)
         if trial.rejected:
             self.say(f"{label}: not recommendable: {trial.rejected}")
@@ -455,7 +525,7 @@ class Runner:
                 return f"{choice} had no effect: the server log says {line[-200:]!r}"
         return None
 
-    def _baseline_quality(self, server: ServerProcess) -> None:
+    def _baseline_quality(self, server: RunningServer) -> None:
         """The reference for the quality gate: perplexity where the engine gives prompt
         log-probabilities, else greedy continuations (for greedy-token agreement)."""
         model = server.served_model or self.model_path
@@ -474,7 +544,7 @@ class Runner:
                 self.quality_ref_error = str(exc2)
                 self.notes.append(f"the baseline's quality could not be measured: {exc2}")
 
-    def _quality(self, server: ServerProcess) -> QualityCheck:
+    def _quality(self, server: RunningServer) -> QualityCheck:
         """This configuration's quality against the baseline's. Raises QualityError."""
         model = server.served_model or self.model_path
         ref = self.quality_ref
@@ -489,7 +559,7 @@ class Runner:
 
     def _exactness(
         self,
-        server: ServerProcess,
+        server: RunningServer,
         trial: TrialReport,
         tdir: Path,
         label: str,
@@ -504,7 +574,7 @@ class Runner:
         new_best = not trial.rejected and (
             best is None or (trial.score_tokens_per_s or 0.0) > (best.score_tokens_per_s or 0.0)
         )
-        if not speculative and not new_best:
+        if not speculative and not (new_best and trial.status == "ok"):
             return
         prompts = exact_prompts()
         try:
@@ -543,7 +613,7 @@ class Runner:
                 "--accept-divergence allows it"
             )
 
-    def _diagnose(self, server: ServerProcess) -> None:
+    def _diagnose(self, server: RunningServer) -> None:
         """The probe, on the baseline server: where the time goes, which stages can pay off."""
         t0 = time.monotonic()
         self.say("probe: measuring where the time goes on the baseline server")
@@ -556,11 +626,11 @@ class Runner:
                 workload=self.opts.workload,
                 load_concurrency=self.opts.start_concurrency,
                 metrics_path=self.engine.metrics_path,
-                model_dir=self.model_path,
+                model_dir=self.model_path if Path(self.model_path).is_dir() else None,
                 llc_text=self.hw.l3_cache,
                 device=self.hw.device,
                 seed=self._fresh_seed(),
-                ignore_eos=self.engine.supports_ignore_eos,
+                ignore_eos=self.ignore_eos,
                 progress=self.say,
             )
             self.say(f"probe: {self.diagnosis.verdict.summary}")
@@ -590,9 +660,11 @@ class Runner:
                 f"{trial.score_tokens_per_s:.0f} output tokens/s under the SLOs"
             )
         else:
+            if trial.points:  # no score; its last point's figures (acceptance included) stay
+                trial.metrics = trial.points[-1].metrics
             self.say(f"trial {trial.number}: {trial.status}: {trial.error}")
 
-    def _warmup(self, server: ServerProcess, c: int) -> float:
+    def _warmup(self, server: RunningServer, c: int) -> float:
         """Requests sent and thrown away after start-up (compilation, cache allocation)."""
         t0 = time.monotonic()
         n = max(4, min(c, 32))
@@ -603,18 +675,18 @@ class Runner:
         self.clock.warmup_s += dt
         return dt
 
-    def _requests(self, server: ServerProcess, n: int) -> list:
+    def _requests(self, server: RunningServer, n: int) -> list:
         return prepare_requests(
             self.opts.workload,
             n,
             model=server.served_model or self.model_path,
             tokenizer=self.tokenizer,
             seed=self._fresh_seed(),
-            ignore_eos=self.engine.supports_ignore_eos,
+            ignore_eos=self.ignore_eos,
         )
 
     def _measure(
-        self, server: ServerProcess, c: int, n: int
+        self, server: RunningServer, c: int, n: int
     ) -> tuple[LoadMetrics, list, dict[str, float] | None]:
         reqs = self._requests(server, n)
         self.client.base_url = server.base_url
@@ -642,14 +714,14 @@ class Runner:
         return metrics, res.records, server_delta
 
     @staticmethod
-    def _snapshot(server: ServerProcess) -> dict[str, float] | None:
+    def _snapshot(server: RunningServer) -> dict[str, float] | None:
         try:
             return fetch_snapshot(server.base_url)
         except Exception:
             return None
 
     def _point(
-        self, server: ServerProcess, trial: TrialReport, tdir: Path, c: int, n: int, label: str
+        self, server: RunningServer, trial: TrialReport, tdir: Path, c: int, n: int, label: str
     ) -> PointOutcome:
         metrics, records, server_delta = self._measure(server, c, n)
         verdict = judge(metrics, self.opts.slos, self.opts.max_error_rate)
@@ -724,6 +796,9 @@ class Runner:
         not in the search space, or left out by --stages, are skipped with their reason.
         """
         assert self.space is not None
+        if not self.launches:
+            why = "endpoint: the server's settings are not tuned (autotune did not start it)"
+            return [(name, None, why, None) for name in STAGE_ORDER]
         present = {s.name for s in self.space.stages}
         verdict = {p.name: p for p in self.diagnosis.verdict.stages} if self.diagnosis else {}
         forced = set(self.opts.stages) if self.opts.stages is not None else None
@@ -824,7 +899,14 @@ class Runner:
                 seed=self.opts.seed,
                 known=known,
                 should_stop=partial(self._time_left_reason, started=numbers),
+                refuse=partial(self._refuse, dict(carried)),
             )
+            refused = ""
+            if result.refused:
+                refused = (
+                    f"; {len(result.refused)} sampled configurations were not started: the engine "
+                    f"refuses them (first: {result.refused[0][1]})"
+                )
             spare = n_trials - result.started
             best = result.best()
             if best is not None and (score_before is None or best[1].score > score_before):
@@ -840,13 +922,14 @@ class Runner:
                     name=name,
                     status="run",
                     expected=expected,
-                    reason=f"{result.started} configurations; stopped: {result.stopped_because}; "
-                    f"{why}",
+                    reason=f"{result.started} configurations; stopped: {result.stopped_because}"
+                    f"{refused}; {why}",
                     trials=numbers,
                     best_params=best_trial.params if best_trial else None,
                     best_score=best_trial.score_tokens_per_s if best_trial else None,
                     best_trial=best_trial.number if best_trial else None,
                     gain=gain,
+                    contrast=self._contrast(stage, numbers, before),
                     prediction_held=_prediction_held(expected, gain),
                 )
             )
@@ -854,6 +937,45 @@ class Runner:
                 f"stage {name} done: {result.started} configurations, "
                 f"stopped: {result.stopped_because}"
             )
+
+    def _refuse(self, carried: dict[str, Any], params: dict[str, Any]) -> str | None:
+        """Why the engine would refuse this configuration at start-up (the space's rules)."""
+        assert self.space is not None
+        return self.space.broken_rule({**carried, **params}, self.ctx)
+
+    def _contrast(
+        self, stage: Stage, numbers: list[int], before: TrialReport | None
+    ) -> ContrastReport | None:
+        """The stage's own figure (``contrast`` in its space): best score with the knob on over
+        the best with it off, among this stage's trials and the configuration carried in."""
+        c = stage.contrast
+        if c is None:
+            return None
+        default = next(k.default for k in stage.knobs if k.name == c.knob)
+        pool = [t for t in self.trials if t.number in numbers]
+        if before is not None:
+            pool.append(before)
+        ok = [t for t in pool if t.status == "ok" and not t.rejected]
+
+        def top(on: bool) -> TrialReport | None:
+            side = [t for t in ok if (t.params.get(c.knob, default) == c.on) == on]
+            return max(side, key=lambda t: t.score_tokens_per_s or 0.0) if side else None
+
+        hi, lo = top(True), top(False)
+        hs = hi.score_tokens_per_s if hi else None
+        ls = lo.score_tokens_per_s if lo else None
+        report = ContrastReport(
+            label=c.label,
+            knob=c.knob,
+            factor=hs / ls if hs and ls else None,
+            on_score=hs,
+            off_score=ls,
+            on_trial=hi.number if hi else None,
+            off_trial=lo.number if lo else None,
+        )
+        if report.factor is not None:
+            self.say(f"stage {stage.name}: {c.label} {report.factor:.2f}x ({hs:.0f} / {ls:.0f})")
+        return report
 
     @staticmethod
     def _outcome(t: TrialReport) -> Outcome:
@@ -895,8 +1017,13 @@ class Runner:
             f"confirming trial {best.number} from a fresh start at c={c} with "
             f"{self._n_confirm(c)} requests"
         )
-        spec = LaunchSpec(best.launch_command, best.env).with_port(free_port())
+        spec = (
+            LaunchSpec(best.launch_command, best.env).with_port(free_port())
+            if self.launches
+            else None
+        )
         cdir = self.out / "confirmation"
+        cdir.mkdir(parents=True, exist_ok=True)
         try:
             with self._server(spec, cdir / "server.log") as server:
                 self._warmup(server, c)
@@ -940,8 +1067,8 @@ class Runner:
         metrics.quality = best.quality
         self.recommended = Recommendation(
             params=best.params,
-            env=spec.env,
-            launch_command=best.launch_command,
+            env=spec.env if spec else {},
+            launch_command=best.launch_command if spec else None,
             load={"concurrency": c},
             achieved_load={
                 "concurrency": round(metrics.mean_in_flight, 2),
@@ -958,6 +1085,9 @@ class Runner:
             confirmation=(
                 f"engine restarted from launch_command, warmed up, then {metrics.n_requests} "
                 f"requests at concurrency {c}"
+                if spec
+                else f"the running endpoint (not restarted: autotune does not manage it), "
+                f"warmed up, then {metrics.n_requests} requests at concurrency {c}"
             ),
         )
 
@@ -969,12 +1099,14 @@ class Runner:
             rec = next((t for t in self.trials if t.number == self.recommended.from_trial), None)
             if rec is not None and rec.exactness is not None:
                 return rec.exactness
-        spec = [t for t in self.trials if t.exactness is not None and t.status == "ok"]
+        spec = [t for t in self.trials if t.exactness is not None]
         if not spec:
             return None
-        top = max(spec, key=lambda t: t.score_tokens_per_s or 0.0)
+        top = max(spec, key=lambda t: (t.status == "ok", t.score_tokens_per_s or 0.0))
         assert top.exactness is not None
-        why = top.rejected or "it was not the fastest configuration"
+        why = top.rejected or (
+            f"{top.status}: {top.error}" if top.error else "it was not the fastest configuration"
+        )
         return top.exactness.model_copy(
             update={"reason": f"trial {top.number}, not recommended: {why}. {top.exactness.reason}"}
         )
@@ -1000,10 +1132,11 @@ class Runner:
             status=status,
             created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
             command=self.opts.command,
-            model=self.opts.model,
+            model=self.opts.model or self.model_path,
             model_path=self.model_path,
             engine=self.engine.name,
             engine_version=self.engine.version(),
+            endpoint=self.attached.base_url if self.attached else None,
             hardware=self.hw,
             workload=workload,
             slo=[
@@ -1044,6 +1177,16 @@ class Runner:
         write_atomic(self.out / "report.json", dump_json(report))
         write_atomic(self.out / "report.md", render_markdown(report).encode())
         return report
+
+
+def _max_positions(model_path: str) -> int | None:
+    """The model's context length from its config.json (what vLLM takes as max_model_len)."""
+    try:
+        cfg = orjson.loads((Path(model_path) / "config.json").read_bytes())
+    except (OSError, orjson.JSONDecodeError):
+        return None
+    n = cfg.get("max_position_embeddings")
+    return int(n) if isinstance(n, int) else None
 
 
 def _acceptance(metrics: LoadMetrics, d: dict[str, float]) -> None:

@@ -54,6 +54,7 @@ class StageResult:
     outcomes: list[tuple[dict[str, Any], Outcome]] = field(default_factory=list)
     started: int = 0  # configurations actually started
     stopped_because: str = ""
+    refused: list[tuple[dict[str, Any], str]] = field(default_factory=list)  # broke a rule
 
     def best(self) -> tuple[dict[str, Any], Outcome] | None:
         ok = [(p, o) for p, o in self.outcomes if o.status == "ok"]
@@ -113,7 +114,9 @@ def run_stage(
     seed: int,
     known: list[tuple[dict[str, Any], Outcome]] = (),  # type: ignore[assignment]
     should_stop: Callable[[], str | None] = lambda: None,
+    refuse: Callable[[dict[str, Any]], str | None] = lambda p: None,
     max_repeats: int = 4,
+    max_refusals: int = 25,
 ) -> StageResult:
     """Search one stage's knobs for up to ``n_trials`` new configurations.
 
@@ -122,6 +125,8 @@ def run_stage(
             earlier stages fixed).
         known: results the sampler should learn from (the baseline, as this stage's knobs).
         should_stop: a reason to stop before the next configuration (time budget), or None.
+        refuse: why the engine would refuse a configuration at start-up (the space's rules),
+            or None; a refused one is told to Optuna as failed and never started.
     """
     dists = {k.name: distribution(k) for k in stage.knobs}
     study = open_study(storage_path, stage.name, seed)
@@ -159,6 +164,17 @@ def run_stage(
             repeats += 1
             if repeats >= max_repeats:
                 result.stopped_because = "the sampler kept proposing measured configurations"
+                break
+            continue
+        if why := refuse(params):
+            result.refused.append((params, why))
+            outcome = Outcome("failed", 0.0, 1.0, None)
+            seen[key] = outcome
+            _tell(study, trial, outcome)
+            if len(result.refused) >= max_refusals:
+                result.stopped_because = (
+                    "the sampler kept proposing configurations the engine refuses"
+                )
                 break
             continue
         repeats = 0

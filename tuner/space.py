@@ -182,11 +182,23 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
+class Contrast(BaseModel):
+    """A figure of its own for a stage: the best score with ``knob == on`` over the best
+    without (the transformers engine: continuous over static batching)."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    knob: str
+    on: Scalar
+    label: str
+
+
 class Stage(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: Literal["batching", "quantisation", "speculative"]
     help: str = ""
+    contrast: Contrast | None = None
     knobs: list[Knob]
     candidates: list[dict[str, Scalar]] = []  # good starting points, enqueued before the sampler
 
@@ -218,6 +230,55 @@ class Baseline(BaseModel):
     reason: str = ""
 
 
+_RULE_RE = re.compile(r"^\s*(\w+)\s*(>=|<=|>|<|==|!=)\s*(\w+|\{\w+\}|-?\d+(?:\.\d+)?)\s*$")
+_OPS = {
+    ">=": lambda a, b: a >= b,
+    "<=": lambda a, b: a <= b,
+    ">": lambda a, b: a > b,
+    "<": lambda a, b: a < b,
+    "==": lambda a, b: a == b,
+    "!=": lambda a, b: a != b,
+}
+
+
+class Rule(BaseModel):
+    """A combination the engine refuses at start-up, known in advance: ``require`` must hold
+    (``knob OP knob``, ``knob OP number`` or ``knob OP {template}``, e.g. ``{max_model_len}``)
+    whenever ``if`` matches. A sampled configuration that breaks a rule is never started."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    if_: dict[str, list[Scalar]] = Field(default={}, alias="if")
+    require: str
+    reason: str
+
+    @model_validator(mode="after")
+    def _check(self) -> Rule:
+        if not _RULE_RE.match(self.require):
+            raise ValueError(f"rule {self.require!r}: the form is 'knob OP knob|number|{{name}}'")
+        return self
+
+    def broken(self, params: dict[str, Any], ctx: dict[str, Any]) -> str | None:
+        """The reason, where ``params`` (knob values, missing ones at their defaults) break it."""
+        if not all(params.get(k) in v for k, v in self.if_.items()):
+            return None
+        m = _RULE_RE.match(self.require)
+        assert m is not None
+        left, op, right = m.groups()
+        a = params.get(left)
+        if right.startswith("{"):
+            b = ctx.get(right[1:-1])
+        elif re.fullmatch(r"-?\d+(\.\d+)?", right):
+            b = float(right)
+        else:
+            b = params.get(right)
+        if a is None or b is None:
+            return None  # not decidable here: let the engine judge
+        return (
+            None if _OPS[op](a, b) else f"{self.reason} ({self.require}: {left}={a}, {right}={b})"
+        )
+
+
 class SearchSpace(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -227,6 +288,16 @@ class SearchSpace(BaseModel):
     baseline: Baseline = Field(default_factory=Baseline)
     common: Baseline = Field(default_factory=Baseline)
     stages: list[Stage]
+    rules: list[Rule] = []
+
+    def broken_rule(self, params: dict[str, Any], ctx: dict[str, Any]) -> str | None:
+        """Why the engine would refuse ``params`` at start-up, or None (``rules``)."""
+        full = {k.name: k.default for k in self.knobs().values()}
+        full.update(params)
+        for rule in self.rules:
+            if why := rule.broken(full, ctx):
+                return why
+        return None
 
     @model_validator(mode="after")
     def _check(self) -> SearchSpace:
@@ -239,6 +310,11 @@ class SearchSpace(BaseModel):
                 if knob.name in seen:
                     raise ValueError(f"knob {knob.name} appears twice")
                 seen.add(knob.name)
+            if stage.contrast and stage.contrast.knob not in {k.name for k in stage.knobs}:
+                raise ValueError(
+                    f"stage {stage.name}: contrast knob {stage.contrast.knob!r} is not one of its"
+                    " knobs"
+                )
             earlier: set[str] = set()
             for knob in stage.knobs:
                 if bad := set(knob.when) - earlier:

@@ -332,3 +332,49 @@ def test_accept_divergence_lets_a_diverging_config_be_recommended(tmp_path: Path
     assert t.rejected is None and t.status == "ok"
     if report.recommended is not None and report.recommended.from_trial == t.number:
         assert report.exactness == t.exactness
+
+
+@pytest.mark.timeout(120)
+def test_endpoint_mode_searches_only_the_load(tmp_path: Path) -> None:
+    from tests.fakes.openai_server import FakeOpenAIServer
+    from tuner.engines.endpoint import EndpointEngine
+
+    with FakeOpenAIServer(ttft_ms=5, itl_ms=10, max_concurrent=4) as srv:
+        opts = _options(
+            tmp_path,
+            model="",
+            engine="endpoint",
+            endpoint=srv.base_url + "/v1",
+            trials=3,
+            probe=False,
+            space_file=None,
+        )
+        runner = Runner(opts, lambda m: None, engine=EndpointEngine(), hardware=HW)
+        report = runner.run()
+        n_seen = srv.stats.n_requests
+    assert report.status == "complete" and report.endpoint == srv.base_url
+    assert report.model == "fake-model" and report.trials == []
+    base = report.baseline
+    assert base is not None and base.launch_command == [] and base.startup_s is None
+    assert 1 <= len(base.points) <= 3  # --trials counts load points
+    assert all(s.status == "skipped" and "not tuned" in s.reason for s in report.stages)
+    rec = report.recommended
+    assert rec is not None and rec.launch_command is None
+    assert "not restarted" in rec.confirmation
+    assert report.timing is not None and report.timing.engine_starts == 0
+    assert any("endpoint mode" in n for n in report.notes)
+    assert n_seen > rec.n_requests  # warm-up, search points and confirmation all went there
+    md = (runner.out / "report.md").read_text()
+    assert "was not started by autotune" in md
+
+
+def test_endpoint_mode_refuses_a_dead_endpoint(tmp_path: Path) -> None:
+    from tuner.engines.base import free_port
+    from tuner.engines.endpoint import EndpointEngine, EndpointError
+
+    opts = _options(
+        tmp_path, model="", engine="endpoint", endpoint=f"http://127.0.0.1:{free_port()}"
+    )
+    runner = Runner(opts, lambda m: None, engine=EndpointEngine(), hardware=HW)
+    with pytest.raises(EndpointError, match="is not answering"):
+        runner.run()

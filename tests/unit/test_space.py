@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -10,7 +11,15 @@ from typing import Any
 import pytest
 import yaml
 
-from tuner.space import STAGE_ORDER, Emit, SearchSpace, SpaceError, load_space, space_path
+from tuner.space import (
+    STAGE_ORDER,
+    Emit,
+    SearchSpace,
+    SpaceError,
+    found_in_log,
+    load_space,
+    space_path,
+)
 
 SPACES = Path(__file__).resolve().parents[2] / "search_spaces"
 CPU = SPACES / "vllm-cpu.yaml"
@@ -274,3 +283,122 @@ def test_a_missing_file_is_a_space_error(tmp_path: Path) -> None:
 def test_an_empty_file_is_a_space_error(tmp_path: Path) -> None:
     with pytest.raises(SpaceError, match="is invalid"):
         load_space(write(tmp_path, ""))
+
+
+# ---------------------------------------------------------------- stages 2 and 3, rules
+def test_json_args_merge_into_one_argument(cpu: SearchSpace) -> None:
+    e = cpu.render(
+        {"speculative_method": "ngram", "num_speculative_tokens": 3, "ngram_window": "2-4"}, {}
+    )
+    i = e.args.index("--speculative-config")
+    assert json.loads(e.args[i + 1]) == {
+        "method": "ngram",
+        "num_speculative_tokens": 3,
+        "prompt_lookup_min": 2,
+        "prompt_lookup_max": 4,
+    }
+    assert e.args.count("--speculative-config") == 1
+
+
+def test_conditional_knobs_exist_only_when_their_condition_holds(cpu: SearchSpace) -> None:
+    spec = cpu.stage("speculative")
+    assert spec is not None
+    assert [k.name for k in spec.active({"speculative_method": "none"})] == ["speculative_method"]
+    names = [k.name for k in spec.active({"speculative_method": "ngram"})]
+    assert names == ["speculative_method", "num_speculative_tokens", "ngram_window"]
+    assert spec.defaults() == {"speculative_method": "none"}
+
+
+def test_options_that_need_a_user_path_are_dropped_without_it(cpu: SearchSpace) -> None:
+    bare = cpu.for_machine(0, {"draft_model": "", "eagle_model": None})
+    spec = bare.stage("speculative")
+    assert spec is not None
+    assert spec.knobs[0].choices == ["none", "ngram"]
+    given = cpu.for_machine(0, {"draft_model": "/m/draft", "quantized_model": "/m/q"})
+    method = given.knobs()["speculative_method"]
+    assert method.choices == ["none", "ngram", "draft_model"]
+    e = given.render(
+        {
+            "speculative_method": "draft_model",
+            "num_speculative_tokens": 2,
+            "quantization": "checkpoint",
+        },
+        {"draft_model": "/m/draft", "quantized_model": "/m/q"},
+    )
+    cfg = json.loads(e.args[e.args.index("--speculative-config") + 1])
+    assert cfg == {"model": "/m/draft", "num_speculative_tokens": 2}
+    assert e.args[e.args.index("--model") + 1] == "/m/q"
+
+
+def test_no_effect_patterns_and_changed_knobs(cpu: SearchSpace) -> None:
+    params = {"quantization": "int8_per_channel_weight_only", "kv_cache_dtype": "auto"}
+    assert cpu.no_effect_patterns(params) == [
+        ("quantization=int8_per_channel_weight_only", "Quantizing 0 layers")
+    ]
+    assert cpu.changed("quantisation", params) == {"quantization": "int8_per_channel_weight_only"}
+    assert cpu.changed("quantisation", {"quantization": "none", "max_num_seqs": 8}) == {}
+    assert cpu.changed("speculative", {"speculative_method": "ngram"}) == {
+        "speculative_method": "ngram"
+    }
+
+
+def test_found_in_log_skips_the_command_line() -> None:
+    log = "$ python -m x --log-line Quantizing 0 layers\nINFO Quantizing 0 layers of types:\n"
+    assert found_in_log("Quantizing 0 layers", log) == "INFO Quantizing 0 layers of types:"
+    assert found_in_log("Quantizing 0 layers", log.splitlines()[0]) is None
+
+
+def test_rules_refuse_what_the_engine_would_refuse(cpu: SearchSpace) -> None:
+    ctx = {"max_model_len": 8192}
+    assert cpu.broken_rule({"max_num_seqs": 455, "max_num_batched_tokens": 278}, ctx)
+    assert cpu.broken_rule({"max_num_seqs": 64, "max_num_batched_tokens": 278}, ctx) is None
+    why = cpu.broken_rule({"enable_chunked_prefill": False, "max_num_batched_tokens": 4115}, ctx)
+    assert why is not None and "{max_model_len}=8192" in why
+    assert (
+        cpu.broken_rule({"enable_chunked_prefill": False, "max_num_batched_tokens": 8192}, ctx)
+        is None
+    )
+    # Undecidable without the model's length: left to the engine.
+    assert (
+        cpu.broken_rule({"enable_chunked_prefill": False, "max_num_batched_tokens": 4115}, {})
+        is None
+    )
+
+
+def test_a_malformed_rule_is_refused(tmp_path: Path) -> None:
+    p = tmp_path / "s.yaml"
+    p.write_text(
+        "engine: e\ndevice: cpu\nrules:\n  - {require: 'a >>= b', reason: r}\nstages:\n"
+        "  - name: batching\n    knobs:\n      - {name: a, type: int, low: 1, high: 2, flag: --a}\n"
+    )
+    with pytest.raises(SpaceError, match="the form is"):
+        load_space(p)
+
+
+def test_when_must_name_an_earlier_knob(tmp_path: Path) -> None:
+    p = tmp_path / "s.yaml"
+    p.write_text(
+        "engine: e\ndevice: cpu\nstages:\n  - name: batching\n    knobs:\n"
+        "      - {name: a, type: int, low: 1, high: 2, flag: --a, when: {b: [true]}}\n"
+        "      - {name: b, type: bool, flag: --b}\n"
+    )
+    with pytest.raises(SpaceError, match="not an earlier knob"):
+        load_space(p)
+
+
+def test_transformers_space_contrasts_continuous_with_static() -> None:
+    t = load_space(space_path("transformers", "cpu"))
+    batching = t.stage("batching")
+    assert batching is not None and batching.contrast is not None
+    assert batching.contrast.knob == "continuous_batching" and batching.contrast.on is True
+    assert batching.defaults() == {"continuous_batching": False, "compile": False}
+    e = t.render(
+        {"continuous_batching": True, "cb_num_blocks": 512, "quantization": "bnb-4bit"}, {}
+    )
+    assert e.args == [
+        "--continuous-batching",
+        "--cb-num-blocks",
+        "512",
+        "--quantization",
+        "bnb-4bit",
+    ]

@@ -6,10 +6,14 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from tuner.engines.base import Engine
+from tuner.engines.endpoint import EndpointEngine
+from tuner.engines.transformers_serve import TransformersEngine
 from tuner.engines.vllm import VLLMEngine
 
 ENGINES: dict[str, Callable[[], Engine]] = {
     "vllm": VLLMEngine,
+    "transformers": TransformersEngine,
+    "endpoint": EndpointEngine,
 }
 
 

@@ -59,6 +59,19 @@ class Engine(Protocol):
     def classify_failure(self, log_tail: str, returncode: int | None) -> str: ...
 
 
+class RunningServer(Protocol):
+    """What measuring needs of a ready server, started here (ServerProcess) or attached to."""
+
+    @property
+    def base_url(self) -> str: ...
+
+    @property
+    def served_model(self) -> str | None: ...
+
+    @property
+    def startup_s(self) -> float | None: ...
+
+
 class EngineStartError(RuntimeError):
     """The server did not become ready; ``reason`` is a short classification for the report."""
 

@@ -1,0 +1,137 @@
+"""The second engine and the endpoint mode on the embedded default, on real servers.
+
+- ``transformers serve``: a short tuning whose batching stage measures continuous against
+  static batching (the contrast figure), with the quality gate's fallback (no prompt
+  log-probabilities there: greedy-token agreement).
+- ``--engine endpoint``: nothing launched; against a vLLM server and a transformers server
+  started here by hand (the transformers one has not served a request before autotune attaches).
+Kept small for CI; it asserts no times.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import psutil
+import pytest
+
+from probes.slo import parse_slos
+from probes.workload import parse_workload
+from tuner import api
+from tuner.engines import get_engine
+from tuner.engines.base import ServerProcess, free_port
+from tuner.models import resolve_model
+
+pytestmark = pytest.mark.integration
+ROOT = Path(__file__).resolve().parents[2]
+SMALL = dict(
+    start_concurrency=2,
+    max_concurrency=8,
+    search_min_requests=8,
+    search_requests_per_slot=2,
+    confirm_requests=16,
+    startup_timeout_s=400,
+)
+
+
+def _children() -> set[int]:
+    return {p.pid for p in psutil.Process().children(recursive=True)}
+
+
+@pytest.mark.timeout(900)
+def test_transformers_continuous_over_static(tmp_path: Path) -> None:
+    before = _children()
+    report, folder = api.tune(
+        model="smollm2-135m",
+        engine="transformers",
+        slos=parse_slos(["ttft=10s"]),
+        workload=parse_workload("synthetic:input=32,output=16"),
+        trials=1,
+        output_dir=tmp_path,
+        stages=["batching"],
+        probe=False,
+        **SMALL,
+    )
+    data = json.loads((folder / "report.json").read_text())
+    assert data["status"] == "complete" == report.status, data.get("error")
+    assert data["engine"] == "transformers"
+    base = data["baseline"]
+    assert base["status"] == "ok", base
+    assert "--no-continuous-batching" not in base["launch_command"]
+    (trial,) = data["trials"]
+    assert trial["params"]["continuous_batching"] is True
+    assert "--continuous-batching" in trial["launch_command"]
+    stage = data["stages"][0]
+    c = stage["contrast"]
+    assert c is not None and c["knob"] == "continuous_batching"
+    if trial["status"] == "ok":
+        assert c["factor"] == pytest.approx(c["on_score"] / c["off_score"])
+        assert c["off_trial"] == 0 and c["on_trial"] == trial["number"]
+    for t in (base, trial):
+        for p in t["points"]:
+            assert p["metrics"]["n_out_source"] == "usage"  # no ignore_eos: real lengths
+    assert "continuous-over-static" in (folder / "report.md").read_text()
+    assert _children() <= before
+
+
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("engine_name", ["vllm", "transformers"])
+def test_endpoint_against_a_server_started_by_hand(engine_name: str, tmp_path: Path) -> None:
+    model = resolve_model("smollm2-135m").path
+    engine = get_engine(engine_name)
+    # The transformers server runs continuous batching, whose first request is slow (warm-up).
+    args = (
+        ["--enforce-eager"]
+        if engine_name == "vllm"
+        else ["--device", "cpu", "--continuous-batching"]
+    )
+    env = {"VLLM_CPU_KVCACHE_SPACE": "1"} if engine_name == "vllm" else {}
+    spec = engine.launch_spec(model, args, env, free_port())
+    with ServerProcess(spec, tmp_path / "server.log", startup_timeout_s=400) as srv:
+        if engine_name == "vllm":
+            srv.wait_ready()  # readiness sends one request
+        else:
+            _wait_health(srv)  # up, but no request served yet: autotune's attach is the first
+        report, folder = api.tune(
+            model="",
+            engine="endpoint",
+            endpoint=srv.base_url,
+            slos=parse_slos(["ttft=10s"]),
+            workload=parse_workload("synthetic:input=32,output=16"),
+            trials=2,
+            tokenizer=model,
+            output_dir=tmp_path,
+            probe=False,
+            **SMALL,
+        )
+    data = json.loads((folder / "report.json").read_text())
+    assert data["status"] == "complete" == report.status, data.get("error")
+    assert data["endpoint"] == srv.base_url and data["engine"] == "endpoint"
+    assert data["trials"] == [] and data["timing"]["engine_starts"] == 0
+    assert 1 <= len(data["baseline"]["points"]) <= 2
+    rec = data["recommended"]
+    assert rec is not None and rec["launch_command"] is None
+    assert all("not tuned" in s["reason"] for s in data["stages"])
+    out_source = rec["metrics"]["n_out_source"]
+    assert out_source == "usage"
+    if engine_name == "vllm":
+        assert rec["metrics"]["mean_output_tokens"] == 16  # ignore_eos was accepted
+
+
+def _wait_health(srv: ServerProcess, timeout_s: float = 400) -> None:
+    import time
+
+    from probes.http import request
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        assert srv.proc is not None and srv.proc.poll() is None, "the server died"
+        try:
+            status, _ = request("GET", srv.base_url + "/health", timeout_s=5)
+            if status == 200:
+                return
+        except OSError:
+            pass
+        time.sleep(1)
+    pytest.fail("the server never answered /health")

@@ -1,0 +1,70 @@
+"""The endpoint "engine": a server someone else runs, reached at its root URL.
+
+Nothing is launched and nothing of the server is configured: autotune attaches to it, checks
+that it answers a real request (which also warms a server that has not yet served anything),
+asks once whether it takes ``ignore_eos``, and then only the client-side load is searched. The
+report says so, and has no launch command.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from probes.client import normalize_base_url
+from probes.http import request
+from tuner.engines.base import LaunchSpec, check_ready
+
+
+class EndpointError(RuntimeError):
+    """The endpoint cannot be used (not answering, or not serving the named model)."""
+
+
+@dataclass
+class AttachedServer:
+    """What the runner needs of a server it did not start (ServerProcess's reading side)."""
+
+    base_url: str
+    served_model: str
+    ignore_eos: bool
+    startup_s: float = 0.0
+
+
+def attach(endpoint: str, served_model: str | None, timeout_s: float = 120.0) -> AttachedServer:
+    """Check a running server and learn what it takes.
+
+    Raises:
+        EndpointError: it does not answer a 1-token completion, or serves another model.
+    """
+    url = normalize_base_url(endpoint)
+    try:
+        name = check_ready(url, served_model, timeout_s=timeout_s)
+    except Exception as exc:
+        raise EndpointError(f"endpoint {url} is not answering: {exc}") from None
+    if served_model and name != served_model:
+        raise EndpointError(f"{url} does not serve {served_model!r} (it serves {name!r})")
+    # vLLM takes ignore_eos; servers that refuse unknown fields (transformers serve) answer 4xx.
+    status, _ = request(
+        "POST",
+        url + "/v1/completions",
+        {"model": name, "prompt": "Hi", "max_tokens": 1, "ignore_eos": True},
+        timeout_s,
+    )
+    return AttachedServer(base_url=url, served_model=name, ignore_eos=status == 200)
+
+
+class EndpointEngine:
+    name = "endpoint"
+    launches = False
+    supports_ignore_eos = False  # learnt per server by attach()
+    metrics_path: str | None = "/metrics"  # read where the server has it (vLLM), else ignored
+
+    def version(self) -> str:
+        return "external server"
+
+    def launch_spec(
+        self, model_path: str, args: list[str], env: dict[str, str], port: int
+    ) -> LaunchSpec:
+        raise EndpointError("an endpoint is not launched by autotune")
+
+    def classify_failure(self, log_tail: str, returncode: int | None) -> str:
+        return "the endpoint stopped answering"
