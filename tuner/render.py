@@ -142,6 +142,17 @@ def _waterfall(r: Report) -> list[str]:
             f"{_quality(t.quality)} | {_spec(t)} |"
         )
         prev = score or prev
+    rec = r.recommended
+    if rec is not None:
+        m = rec.metrics
+        gain = f"{rec.gain_vs_baseline:.2f}x" if rec.gain_vs_baseline else "-"
+        out.append(
+            f"| confirmed | trial {rec.from_trial}, fresh start, {rec.n_requests} requests at "
+            f"c={int(rec.load['concurrency'])} | {m.output_tokens_per_s:.0f} "
+            f"`{_bar(m.output_tokens_per_s, top, 16)}` | | {gain} | {_lat(m.ttft_ms)} | "
+            f"{_lat(m.tpot_ms)} | {_quality(m.quality)} | "
+            f"{'-' if m.acceptance_rate is None else f'accepted {m.acceptance_rate:.0%}'} |"
+        )
     out.append("")
     for st in r.stages:
         c = getattr(st, "contrast", None)
