@@ -98,6 +98,19 @@ def decide(
                 "swept: the batch limits and prefill chunking set the capacity",
             )
         )
+    elif tpot_growth is not None and tpot_growth < 1.5:
+        # Neither throughput nor the time per token moves with concurrency: the requests do
+        # not share steps at all, they queue (a server without continuous batching).
+        plans.append(
+            StagePlan(
+                name="batching",
+                expected="likely",
+                weight=0.6,
+                reason=f"tokens/s grows only {batching_gain:.1f}x with concurrency while the time "
+                f"per token stays flat ({tpot_growth:.2f}x): requests are served one after "
+                "another and queue, so batching them is the remedy",
+            )
+        )
     else:
         plans.append(
             StagePlan(

@@ -379,6 +379,12 @@ def render_summary(r: Report, report_dir: str) -> str:
         lines.append(f"  no recommendation: the run {r.status} before one was confirmed")
     else:
         lines.append("  no configuration met the SLOs")
+    for st in r.stages:
+        c = getattr(st, "contrast", None)
+        if c is not None and c.factor is not None:
+            lines.append(
+                f"  {c.label}: {c.factor:.2f}x ({c.on_score:.0f} / {c.off_score:.0f} tok/s)"
+            )
     if r.exactness is not None:
         lines.append(f"  speculative decoding exactness: {describe(r.exactness)}")
     lines.append(f"  report: {report_dir}/report.md (and report.json)")

@@ -222,6 +222,19 @@ class Runner:
     def _n_search(self, c: int) -> int:
         return max(self.opts.search_min_requests, math.ceil(self.opts.search_requests_per_slot * c))
 
+    def _n_confirm_fit(self, c: int, rps: float, left_s: float | None = None) -> int:
+        """The confirmation's request count under a time budget: what the SLO percentile needs,
+        unless that takes more than a quarter of the budget (or the time left): then what fits,
+        and the verdict says it is provisional. A slow server (static batching at 0.4
+        requests/s) would otherwise spend half an hour confirming a p99."""
+        n = self._n_confirm(c)
+        if self.opts.time_budget_s is None:
+            return n
+        cap_s = 0.25 * self.opts.time_budget_s
+        if left_s is not None:
+            cap_s = min(cap_s, left_s)
+        return max(2 * c, 20, min(n, math.floor(max(rps, 1e-3) * cap_s)))
+
     def _n_confirm(self, c: int) -> int:
         need = self.opts.confirm_requests or math.ceil(self.opts.slos.requests_needed * 1.1)
         return max(need, 2 * c)
@@ -366,7 +379,9 @@ class Runner:
         ) as server:
             self.clock.engine_starts += 1
             try:
-                server.wait_ready()
+                # The model's path: what vLLM and transformers serve it as (the latter does not
+                # list it in /v1/models).
+                server.wait_ready(served_model=self.model_path)
             finally:
                 self.clock.startup_s += time.monotonic() - t0
             yield server
@@ -756,7 +771,7 @@ class Runner:
             return 0.0
         c = int(best.load["concurrency"]) if best.load else 1
         rps = max(best.metrics.requests_per_s, 1e-3)
-        return (best.startup_s or 60.0) + 30.0 + self._n_confirm(c) / rps
+        return (best.startup_s or 60.0) + 30.0 + self._n_confirm_fit(c, rps) / rps
 
     def _time_left_reason(self, started: list[int] | None = None) -> str | None:
         now = time.monotonic()
@@ -1013,9 +1028,16 @@ class Runner:
             return
         c = self._confirm_load(best)
         label = "confirmation"
+        rps = best.metrics.requests_per_s if best.metrics else 1.0
+        left = self.deadline - time.monotonic() - (best.startup_s or 0.0) - 30.0
+        n_confirm = self._n_confirm_fit(c, rps, left if math.isfinite(left) else None)
+        if n_confirm < self._n_confirm(c):
+            self.notes.append(
+                f"the time budget allowed {n_confirm} confirmation requests, fewer than the "
+                f"{self._n_confirm(c)} the SLO percentile needs: the verdict is provisional"
+            )
         self.say(
-            f"confirming trial {best.number} from a fresh start at c={c} with "
-            f"{self._n_confirm(c)} requests"
+            f"confirming trial {best.number} from a fresh start at c={c} with {n_confirm} requests"
         )
         spec = (
             LaunchSpec(best.launch_command, best.env).with_port(free_port())
@@ -1030,7 +1052,7 @@ class Runner:
                 tries: list[tuple[int, LoadMetrics, Verdict]] = []
                 while True:
                     t_try = time.monotonic()
-                    metrics, records, _ = self._measure(server, c, self._n_confirm(c))
+                    metrics, records, _ = self._measure(server, c, n_confirm)
                     verdict = judge(metrics, self.opts.slos, self.opts.max_error_rate)
                     (cdir / f"c{c:04d}.jsonl").write_bytes(
                         b"".join(orjson.dumps(r.to_json()) + b"\n" for r in records)

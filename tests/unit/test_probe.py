@@ -140,6 +140,25 @@ def test_verdict_overhead_bound_decode_and_spare_compute() -> None:
     assert {s.name: s.expected for s in spare.stages}["speculative"] == "likely"
 
 
+def test_verdict_sees_a_server_that_serves_one_request_at_a_time() -> None:
+    """Measured on transformers serve without continuous batching: 21 -> 23 tokens/s and a flat
+    time per token from concurrency 1 to 8: requests queue, so batching is the remedy."""
+    base = dict(
+        prefill_share=0.85,
+        tpot_c1_ms=45.6,
+        weight_bytes=270_000_000,
+        bandwidth_gbps=33.3,
+        split_source="client",
+        llc_bytes=32 * 2**20,
+        batching_gain=23 / 21,
+    )
+    serial = decide(tpot_growth=43.3 / 45.6, **base)  # type: ignore[arg-type]
+    plan = {s.name: s for s in serial.stages}
+    assert plan["batching"].expected == "likely" and "one after another" in plan["batching"].reason
+    saturated = decide(tpot_growth=7.5, **base)  # type: ignore[arg-type]
+    assert {s.name: s.expected for s in saturated.stages}["batching"] == "unlikely"
+
+
 def test_verdict_without_roofline_is_unknown() -> None:
     v = decide(
         prefill_share=0.5,

@@ -104,12 +104,17 @@ def check_ready(base_url: str, served_model: str | None, timeout_s: float = 60.0
         OSError/ValueError: not ready yet (the caller retries).
     """
     status, body = request("GET", base_url + "/v1/models")
-    if status != 200:
-        raise ValueError(f"/v1/models answered {status}")
-    names = [m["id"] for m in json.loads(body).get("data", [])]
-    if not names:
-        raise ValueError("/v1/models lists no model")
-    name = str(served_model if served_model in names else names[0])
+    names = [m["id"] for m in json.loads(body).get("data", [])] if status == 200 else []
+    if names:
+        name = str(served_model if served_model in names else names[0])
+    elif served_model:
+        # transformers serve lists the Hugging Face cache here, not the model it serves (and
+        # answers 500 where that cache does not exist): the named model is asked for directly.
+        name = served_model
+    elif status != 200:
+        raise ValueError(f"/v1/models answered {status}; give the served model's name")
+    else:
+        raise ValueError("/v1/models lists no model; give the served model's name")
     status, body = request(
         "POST",
         base_url + "/v1/completions",
