@@ -18,13 +18,13 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from probes.client import LoadClient, normalize_base_url, run_load
+from probes.client import LoadClient, run_load
 from probes.diagnose import Diagnosis, run_diagnosis
-from probes.http import request
 from probes.metrics import LoadMetrics, summarize
 from probes.workload import SyntheticWorkload, Tokenizer, Workload, prepare_requests
 from tuner.engines import get_engine
-from tuner.engines.base import ServerProcess, check_ready, free_port
+from tuner.engines.base import ServerProcess, free_port
+from tuner.engines.endpoint import EndpointError, attach
 from tuner.hardware import Hardware, detect_hardware, template_context
 from tuner.models import resolve_model
 from tuner.space import SpaceError, load_space, space_path
@@ -92,22 +92,18 @@ def _server(
 ) -> Iterator[tuple[str, str, str | None, float | None, bool, str | None]]:
     """Yields (base_url, served model, model folder, start-up s, ignore_eos ok, metrics path)."""
     if endpoint:
-        url = normalize_base_url(endpoint)
         try:
-            name = check_ready(url, served_model)
-        except Exception as exc:
-            raise ProbeError(f"endpoint {url} is not answering: {exc}") from None
-        if served_model and name != served_model:
-            raise ProbeError(f"{url} does not serve {served_model!r} (it serves {name!r})")
-        # An endpoint of unknown make: ask once whether it takes ignore_eos (vLLM does; servers
-        # that reject unknown fields, like transformers serve, answer 4xx), and whether the served
-        # name is a local model folder whose weights the roofline can size.
-        status, _ = request(
-            "POST",
-            url + "/v1/completions",
-            {"model": name, "prompt": "Hi", "max_tokens": 1, "ignore_eos": True},
+            a = attach(endpoint, served_model)
+        except EndpointError as exc:
+            raise ProbeError(str(exc)) from None
+        yield (
+            a.base_url,
+            a.served_model,
+            _weights_folder(a.served_model),
+            None,
+            a.ignore_eos,
+            ("/metrics"),
         )
-        yield url, name, _weights_folder(name), None, status == 200, "/metrics"
         return
     assert model is not None
     engine = get_engine(engine_name)
