@@ -765,6 +765,21 @@ class Runner:
             walls.append(self.baseline.wall_s - self.probe_s)
         return sum(walls) / len(walls) if walls else 180.0
 
+    def _trial_min_s(self) -> float:
+        """The least a trial needs to be worth starting: a start, a warm-up and one load point
+        at the best configuration's load. The capacity search stops on its own when more
+        points would eat the confirmation's time (``_points_time_left``), so this, not a whole
+        trial (a slow static baseline's eight minutes, say), is what the budget must hold."""
+        measured = [t for t in [self.baseline, *self.trials] if t and t.startup_s is not None]
+        startup = sum(t.startup_s or 0.0 for t in measured) / len(measured) if measured else 60.0
+        warmup = sum(t.warmup_s or 0.0 for t in measured) / len(measured) if measured else 30.0
+        best = self._best()
+        if best is None or best.metrics is None or not best.load:
+            return startup + warmup + 60.0
+        c = int(best.load["concurrency"])
+        point = self._n_search(c) / max(best.metrics.requests_per_s, 1e-3)
+        return startup + warmup + point
+
     def _confirm_estimate_s(self) -> float:
         best = self._best()
         if best is None or best.metrics is None:
@@ -776,11 +791,11 @@ class Runner:
     def _time_left_reason(self, started: list[int] | None = None) -> str | None:
         now = time.monotonic()
         left = self.deadline - now
-        need = self._trial_estimate_s() + self._confirm_estimate_s()
+        need = self._trial_min_s() + self._confirm_estimate_s()
         if left < need:
             return (
-                f"time budget: {left:.0f} s left, a trial and the confirmation need about "
-                f"{need:.0f} s"
+                f"time budget: {left:.0f} s left; a start, one load point and the confirmation "
+                f"need about {need:.0f} s"
             )
         # A stage keeps its share of the budget for the stages after it (its first trial
         # always runs if the whole budget allows).
