@@ -14,6 +14,7 @@ import contextlib
 import http.client
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -79,6 +80,18 @@ class EngineStartError(RuntimeError):
         super().__init__(f"{reason}{': ' + detail if detail else ''}")
         self.reason = reason
         self.detail = detail
+
+
+def match_failure(
+    log_tail: str, rules: list[tuple[str, str]], clean: Callable[[str], str]
+) -> str | None:
+    """``reason (the last matching log line)`` for the first rule (regex, reason) that matches
+    a line of the log, or None: the shared half of every adapter's ``classify_failure``."""
+    for pattern, reason in rules:
+        found = [ln for ln in log_tail.splitlines() if re.search(pattern, ln, re.IGNORECASE)]
+        if found:
+            return f"{reason} ({clean(found[-1])})"
+    return None
 
 
 def free_port(host: str = HOST) -> int:

@@ -16,7 +16,7 @@ import sys
 from importlib import metadata
 from pathlib import Path
 
-from tuner.engines.base import HOST, LaunchSpec
+from tuner.engines.base import HOST, LaunchSpec, match_failure
 
 
 class TransformersEngine:
@@ -53,10 +53,8 @@ class TransformersEngine:
             (r"No module named", "engine not installed"),
             (r"address already in use", "port in use"),
         ]
-        for pattern, reason in rules:
-            found = [ln for ln in log_tail.splitlines() if re.search(pattern, ln, re.IGNORECASE)]
-            if found:
-                return f"{reason} ({found[-1].strip()[:300]})"
+        if matched := match_failure(log_tail, rules, lambda ln: ln.strip()[:300]):
+            return matched
         for line in reversed(log_tail.splitlines()):
             if re.search(r"(Error|Exception)\b", line) and "Traceback" not in line:
                 return f"exited with code {returncode} ({line.strip()[:300]})"

@@ -11,7 +11,7 @@ import re
 import sys
 from importlib import metadata
 
-from tuner.engines.base import HOST, LaunchSpec
+from tuner.engines.base import HOST, LaunchSpec, match_failure
 
 
 class VLLMEngine:
@@ -71,10 +71,8 @@ class VLLMEngine:
             (r"not supported|NotImplementedError|Unsupported", "unsupported on this build"),
             (r"No module named", "engine not installed"),
         ]
-        for pattern, reason in rules:
-            found = [ln for ln in log_tail.splitlines() if re.search(pattern, ln, re.IGNORECASE)]
-            if found:
-                return f"{reason} ({_clean(found[-1])})"
+        if matched := match_failure(log_tail, rules, _clean):
+            return matched
         detail = _last_error_line(log_tail)
         return f"exited with code {returncode}" + (f" ({detail})" if detail else "")
 
