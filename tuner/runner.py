@@ -102,6 +102,7 @@ SERVER_COUNTERS = (
 DEFAULT_QUALITY_PCT = 1.0  # perplexity may rise by at most 1 % unless --slo quality=X% says
 QUALITY_BUDGET_S = 90.0  # a configuration slower than this to score the evaluation set is out
 GREEDY_BUDGET_S = 60.0
+AGREEMENT_TEXTS = 8  # texts for greedy-token agreement, where an engine has no log-probabilities
 
 
 class TuneOptions(BaseModel):
@@ -203,7 +204,6 @@ class Runner:
         self.greedy: dict[int, list[Continuation]] = {}  # trial number -> greedy outputs
         self.reference: int | None = None  # the trial speculative configs are compared with
         self.stage_deadline = math.inf
-        self.planned: set[str] = set()
         slo_q = opts.slos.quality
         self.quality_limit = slo_q.max_degradation_pct if slo_q else DEFAULT_QUALITY_PCT
         self.deadline = (
@@ -550,7 +550,7 @@ class Runner:
         except QualityError as exc:
             try:
                 self.quality_ref = greedy_continuations(
-                    server.base_url, model, eval_texts(8), budget_s=QUALITY_BUDGET_S
+                    server.base_url, model, eval_texts(AGREEMENT_TEXTS), budget_s=QUALITY_BUDGET_S
                 )
                 self.notes.append(
                     f"perplexity unavailable ({exc}); quality is greedy-token agreement"
@@ -568,7 +568,9 @@ class Runner:
         if isinstance(ref, Quality):
             q = perplexity(server.base_url, model, budget_s=QUALITY_BUDGET_S)
             return check(q, ref, self.quality_limit)
-        got = greedy_continuations(server.base_url, model, eval_texts(8), budget_s=QUALITY_BUDGET_S)
+        got = greedy_continuations(
+            server.base_url, model, eval_texts(AGREEMENT_TEXTS), budget_s=QUALITY_BUDGET_S
+        )
         full = Quality(metric="greedy_agreement", value=1.0, n_tokens=1, n_texts=len(ref))
         return check(greedy_agreement(got, ref), full, self.quality_limit)
 
