@@ -5,7 +5,8 @@
 - Open loop (``rate_rps=R``): arrival times drawn up front from a Poisson process with the given
   seed; a request's ``t_sched`` is its place in that schedule, so a slow client or server cannot
   hide queueing (no coordinated omission).
-- Warm-up requests are sent first, at the same load, and thrown away.
+- Warm-up requests are sent first, at the same load (the same concurrency, or open-loop
+  arrivals at the same rate: never all at once), and thrown away.
 
 It must stay lean: on two cores it competes with the engine it measures. Bodies are serialised
 before the clock starts; per chunk the client stores one timestamp and decodes one small JSON
@@ -216,8 +217,11 @@ class LoadClient:
         timeout = aiohttp.ClientTimeout(total=self.timeout_s)
         async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
             warm: list[RequestRecord] = []
-            if warm_reqs:
-                warm = await self._closed(session, warm_reqs, concurrency or len(warm_reqs), 0)
+            if warm_reqs and concurrency is not None:
+                warm = await self._closed(session, warm_reqs, concurrency, 0)
+            elif warm_reqs:
+                assert rate_rps is not None
+                warm = await self._open(session, warm_reqs, rate_rps, seed + 1, 0)
             cpu0, wall0 = time.process_time(), time.perf_counter()
             if concurrency is not None:
                 recs = await self._closed(session, measured, concurrency, warmup)

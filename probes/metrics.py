@@ -5,12 +5,18 @@ Definitions (../shared/MEASUREMENT.md; the formula wins over the name):
 - TTFT = t_first - t_sched; E2E = t_last - t_sched; client queueing = t_send - t_sched.
 - TPOT = (E2E - TTFT) / (n_out - 1), per request where n_out > 1.
 - ITL = gaps between consecutive content chunks, pooled over requests.
-- Window = from the send of the first measured request to the last completion.
+- Window = from the send of the first measured request to the last completion: the latest
+  t_end of a completed request (a failed request that ends later, such as a timeout, does not
+  stretch it); every record's t_end only where none completed.
 - Output tokens/s = sum of n_out over completed requests / window; requests/s likewise.
 - Goodput (requests/s) = requests that meet every latency SLO / window; token goodput = their
   output tokens / window; SLO attainment = share of requests that meet every SLO.
   Per request, TTFT/TPOT/E2E are compared with the limit directly; for ITL, the request's own
   gaps at the SLO's percentile are.
+- Over the limit, per latency SLO: completed requests whose TTFT, TPOT or E2E is above the
+  limit; for ITL, pooled gaps above it.
+- Verdict: a check needs n samples of its metric, with n_over of them over the limit, as
+  MLPerf's early-stopping rule asks (probes.slo.requests_needed); fewer is provisional.
 - Percentiles: linear interpolation (numpy's default). Raw records are in seconds, summaries in
   milliseconds; the conversion happens here only.
 """
@@ -26,7 +32,7 @@ from pydantic import BaseModel, ConfigDict
 
 from probes.quality import QualityCheck
 from probes.records import RequestRecord
-from probes.slo import LatencySLO, SLOSet, margin
+from probes.slo import LatencySLO, SLOSet, margin, requests_needed
 
 MS = 1000.0
 
@@ -83,18 +89,38 @@ class LoadMetrics(BaseModel):
     n_failed: int
     error_rate: float
     duration_s: float
-    mean_in_flight: float  # achieved concurrency: sum of (t_end - t_send) / window
+    mean_in_flight: float  # achieved concurrency: sum of time in flight inside the window / window
     mean_output_tokens: float | None
     n_out_source: str
     prompt_token_mismatches: int
     client_cpu_pct: float | None = None
     kv_cache_peak_pct: float | None = None
     errors: dict[str, int] = {}
+    # Samples over each latency SLO's limit, keyed "ttft@p99" (see slo_key)
+    over_limit: dict[str, int] = {}
     # Speculative decoding, from the engine's counters over the window (MEASUREMENT.md):
     acceptance_rate: float | None = None  # accepted / draft tokens
     mean_acceptance_length: float | None = None  # 1 + accepted / drafts
     # The configuration's quality against the baseline (set on a trial's metrics, not per point)
     quality: QualityCheck | None = None
+
+
+def slo_key(slo: LatencySLO) -> str:
+    """The key of a latency SLO in LoadMetrics.over_limit, e.g. ``ttft@p99``."""
+    return f"{slo.metric}@p{slo.percentile}"
+
+
+def _samples_s(
+    slo: LatencySLO, ok: Sequence[RequestRecord], tpots: list[float], itls: list[float]
+) -> list[float]:
+    """The samples, in seconds, that a latency SLO's percentile is taken over."""
+    if slo.metric == "ttft":
+        return [r.ttft_s for r in ok]
+    if slo.metric == "e2e":
+        return [r.e2e_s for r in ok]
+    if slo.metric == "tpot":
+        return tpots
+    return itls
 
 
 def _meets(rec: RequestRecord, slo: LatencySLO) -> bool:
@@ -115,16 +141,40 @@ def summarize(
     slos: SLOSet | None = None,
     client_cpu_pct: float | None = None,
 ) -> LoadMetrics:
-    """Summarise the measured records of one load point (warm-up requests excluded by caller)."""
+    """Summarise the measured records of one load point (warm-up requests excluded by caller).
+
+    The window runs from the first send of any record to the last t_end of a completed
+    request, so a failed request that ends late (a timeout) does not stretch it; only where no
+    request completed does it end at the last t_end of any record. Failed requests still count
+    in n_requests, n_failed and error_rate. Mean in flight counts each record's time in flight
+    inside the window only.
+
+    Args:
+        records: the measured requests of one load point.
+        slos: where given, goodput, SLO attainment and over_limit are computed against its
+            latency SLOs.
+        client_cpu_pct: the load client's CPU use, passed through.
+
+    Returns:
+        The load point's metrics.
+    """
     ok = [r for r in records if r.ok]
     failed = [r for r in records if not r.ok]
     sends = [r.t_send for r in records if not math.isnan(r.t_send)]
-    ends = [r.t_end for r in records if not math.isnan(r.t_end)]
-    duration = (max(ends) - min(sends)) if sends and ends else 0.0
+    ends = [r.t_end for r in ok if not math.isnan(r.t_end)] or [
+        r.t_end for r in records if not math.isnan(r.t_end)
+    ]
+    start = min(sends) if sends else 0.0
+    end = max(ends) if ends else 0.0
+    duration = (end - start) if sends and ends else 0.0
     n_tokens = sum(r.n_out for r in ok)
     tpots = [t for t in (r.tpot_s for r in ok) if t is not None]
     itls = [g for r in ok for g in r.itl_s()]
     latency = slos.latency if slos else ()
+    over_limit = {
+        slo_key(s): sum(1 for x in _samples_s(s, ok, tpots, itls) if x > s.limit_ms / MS)
+        for s in latency
+    }
     good = [r for r in ok if all(_meets(r, s) for s in latency)]
     sources = {r.n_out_from_usage for r in ok}
     n_out_source = "usage" if sources == {True} else "chunks" if sources == {False} else "mixed"
@@ -153,17 +203,26 @@ def summarize(
         error_rate=(len(failed) / len(records)) if records else 0.0,
         duration_s=duration,
         mean_in_flight=per_s(
-            sum(r.t_end - r.t_send for r in records if not math.isnan(r.t_send + r.t_end))
+            sum(
+                max(0.0, min(r.t_end, end) - r.t_send)
+                for r in records
+                if not math.isnan(r.t_send + r.t_end)
+            )
         ),
         mean_output_tokens=(n_tokens / len(ok)) if ok else None,
         n_out_source=n_out_source if ok else "none",
         prompt_token_mismatches=mism,
         client_cpu_pct=client_cpu_pct,
         errors=dict(Counter((r.error or "no content") for r in failed).most_common(5)),
+        over_limit=over_limit,
     )
 
 
 class SLOCheck(BaseModel):
+    """One SLO judged: n samples of its metric, n_over of them over the limit (None where not
+    counted: the error-rate check, or metrics summarised without this SLO), n_needed for a
+    verdict that is not provisional."""
+
     model_config = ConfigDict(extra="forbid")
 
     metric: str
@@ -175,6 +234,7 @@ class SLOCheck(BaseModel):
     provisional: bool
     n: int
     n_needed: int
+    n_over: int | None = None
 
 
 class Verdict(BaseModel):
@@ -191,19 +251,29 @@ class Verdict(BaseModel):
 def judge(metrics: LoadMetrics, slos: SLOSet, max_error_rate: float) -> Verdict:
     """Judge one load point against the latency SLOs and the error-rate limit.
 
-    A check with fewer samples than MLPerf's early-stopping rule needs for its percentile is
-    marked provisional. A point with no completed request fails every latency SLO.
+    A latency check's n is the number of samples of its metric (requests for TTFT and E2E,
+    requests with n_out > 1 for TPOT, pooled gaps for ITL). It is provisional where
+    n < requests_needed(percentile, n_over), MLPerf's early-stopping rule with the samples over
+    the limit counted (metrics.over_limit; where summarize did not count them for this SLO,
+    the rule with none over). A metric with no samples at all (no completed request, or a TPOT
+    SLO where no request produced two tokens) does not hold: margin inf, provisional.
+
+    Args:
+        metrics: one load point, from summarize (with the same slos, so over_limit is counted).
+        slos: the latency SLOs to judge.
+        max_error_rate: the error-rate limit (a share, 0.01 = 1 %); 0 lets no error through.
+
+    Returns:
+        Every check, and whether all hold, whether any is provisional, and the worst margin.
     """
     checks: list[SLOCheck] = []
     for slo in slos.latency:
         d: Dist = getattr(metrics, f"{slo.metric}_ms")
         value = d.at(slo.percentile)
-        if value is not None:
-            m = margin(value, slo.limit_ms)
-        else:
-            # No samples of the metric although requests completed (e.g. one-token outputs have
-            # no TPOT): nothing broke it, as the per-request goodput check also says.
-            m = -1.0 if metrics.n_completed > 0 else math.inf
+        n_over = metrics.over_limit.get(slo_key(slo))
+        n_needed = requests_needed(slo.percentile, n_over or 0)
+        # No samples: nothing shows the SLO holds, so it does not (inf, like a broken one).
+        m = margin(value, slo.limit_ms) if value is not None and d.n > 0 else math.inf
         checks.append(
             SLOCheck(
                 metric=slo.metric,
@@ -212,9 +282,10 @@ def judge(metrics: LoadMetrics, slos: SLOSet, max_error_rate: float) -> Verdict:
                 measured_ms=value,
                 margin=m,
                 holds=m <= 0,
-                n=metrics.n_completed,
-                n_needed=slo.requests_needed,
-                provisional=metrics.n_completed < slo.requests_needed,
+                n=d.n,
+                n_needed=n_needed,
+                n_over=n_over,
+                provisional=d.n < n_needed,
             )
         )
     # The error rate is a hard constraint of its own. With a zero limit any error breaks it.

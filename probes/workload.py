@@ -6,8 +6,14 @@
   (probes/data/corpus.txt), each behind a distinct salted prefix, so no two requests share a
   prefix and a prefix cache cannot flatter TTFT by accident; the salt is fresh per run.
   ``ignore_eos`` forces the output length where the engine accepts it.
+- ``synthetic:input=128,output=64,spread=0.5``: each request's lengths drawn uniformly over
+  +-50 % of those (integers, like vLLM's ``--random-range-ratio``), so that a closed loop does
+  not march in lockstep; each prompt still has exactly its drawn number of tokens.
 - ``FILE.jsonl``: each line ``{"prompt": ...}`` (to ``/v1/completions``) or
-  ``{"messages": [...]}`` (to ``/v1/chat/completions``), optional ``"max_tokens"``.
+  ``{"messages": [...]}`` (to ``/v1/chat/completions``), optional ``"max_tokens"``. The file is
+  cycled; every request gets the salted prefix too (at the start of its prompt, or of its first
+  message's text), unless its line says ``"shared_prefix": true``: then it is sent as written,
+  for a workload whose requests share prefixes on purpose.
 
 Request bodies are serialised once, before the clock starts, to keep the client lean.
 """
@@ -55,10 +61,26 @@ class SyntheticWorkload(BaseModel):
     kind: Literal["synthetic"] = "synthetic"
     input_len: int = Field(gt=0)
     output_len: int = Field(gt=0)
+    spread: float = Field(default=0.0, ge=0.0, lt=1.0)  # lengths uniform over +-spread
 
     @property
     def label(self) -> str:
-        return f"synthetic:input={self.input_len},output={self.output_len}"
+        tail = f",spread={self.spread:g}" if self.spread else ""
+        return f"synthetic:input={self.input_len},output={self.output_len}{tail}"
+
+    def lengths(self, rng: random.Random) -> tuple[int, int]:
+        """One request's (prompt, output) token counts: fixed, or uniform over +-spread."""
+        if not self.spread:
+            return self.input_len, self.output_len
+
+        def draw(n: int) -> int:
+            return rng.randint(max(1, round(n * (1 - self.spread))), round(n * (1 + self.spread)))
+
+        return draw(self.input_len), draw(self.output_len)
+
+    @property
+    def shortest_input(self) -> int:
+        return max(1, round(self.input_len * (1 - self.spread))) if self.spread else self.input_len
 
 
 class FileItem(BaseModel):
@@ -67,6 +89,7 @@ class FileItem(BaseModel):
     prompt: str | None = None
     messages: list[dict[str, Any]] | None = None
     max_tokens: int | None = Field(default=None, gt=0)
+    shared_prefix: bool = False  # sent as written: no salted prefix (shares prefixes on purpose)
 
 
 class FileWorkload(BaseModel):
@@ -84,6 +107,7 @@ class FileWorkload(BaseModel):
 Workload = SyntheticWorkload | FileWorkload
 
 _SYN_KEYS = {"input": "input_len", "output": "output_len"}
+_SYN_FORM = "synthetic:input=128,output=64[,spread=0.5]"
 
 
 def parse_workload(spec: str) -> Workload:
@@ -95,19 +119,23 @@ def parse_workload(spec: str) -> Workload:
     if spec == "synthetic" or spec.startswith("synthetic:"):
         body = spec[len("synthetic") :].lstrip(":")
         values: dict[str, int] = {}
+        spread = 0.0
         for part in filter(None, body.split(",")):
-            m = re.fullmatch(r"\s*(\w+)\s*=\s*(\d+)\s*", part)
-            if not m or m[1] not in _SYN_KEYS:
-                raise WorkloadError(
-                    f"workload {spec!r}: bad part {part!r}; form: synthetic:input=128,output=64"
-                )
+            m = re.fullmatch(r"\s*(\w+)\s*=\s*(\d+(?:\.\d+)?)\s*", part)
+            if m and m[1] == "spread":
+                spread = float(m[2])
+                if not 0.0 <= spread < 1.0:
+                    raise WorkloadError(f"workload {spec!r}: spread must be in [0, 1), e.g. 0.5")
+                continue
+            if not m or m[1] not in _SYN_KEYS or "." in m[2]:
+                raise WorkloadError(f"workload {spec!r}: bad part {part!r}; form: {_SYN_FORM}")
             values[_SYN_KEYS[m[1]]] = int(m[2])
         missing = [k for k, v in _SYN_KEYS.items() if v not in values]
         if missing:
             raise WorkloadError(f"workload {spec!r} lacks {', '.join(missing)}")
         if min(values.values()) <= 0:
             raise WorkloadError(f"workload {spec!r}: lengths must be positive")
-        return SyntheticWorkload(**values)
+        return SyntheticWorkload(**values, spread=spread)
     return load_file_workload(Path(spec))
 
 
@@ -180,7 +208,9 @@ def prepare_requests(
 ) -> list[PreparedRequest]:
     """Build ``n`` requests (a file workload is cycled) with a salt drawn from ``seed``.
 
-    Greedy sampling (temperature 0), streamed, with usage in the last chunk.
+    Greedy sampling (temperature 0), streamed, with usage in the last chunk. The caller gives
+    a fresh ``seed`` per call (drawn from the run's random salt), so no two calls, and no two
+    runs, send the same prefix.
     """
     rng = random.Random(seed)
     run_salt = f"{rng.getrandbits(32):08x}"
@@ -196,32 +226,49 @@ def prepare_requests(
         if tokenizer is None:
             raise WorkloadError("a synthetic workload needs the model's tokenizer")
         for i in range(n):
-            prompt = synthetic_prompt(tokenizer, workload.input_len, f"[{run_salt}-{i}] ", rng)
-            body = {**common, "prompt": prompt, "max_tokens": workload.output_len}
+            n_in, n_out = workload.lengths(rng)
+            prompt = synthetic_prompt(tokenizer, n_in, f"[{run_salt}-{i}] ", rng)
+            body = {**common, "prompt": prompt, "max_tokens": n_out}
             if ignore_eos:
                 body["ignore_eos"] = True
-            out.append(
-                PreparedRequest(
-                    "/v1/completions",
-                    orjson.dumps(body),
-                    False,
-                    workload.input_len,
-                    workload.output_len,
-                )
-            )
+            out.append(PreparedRequest("/v1/completions", orjson.dumps(body), False, n_in, n_out))
         return out
     for i in range(n):
         item = workload.items[i % len(workload.items)]
         max_tokens = item.max_tokens or DEFAULT_FILE_MAX_TOKENS
         body = {**common, "max_tokens": max_tokens}
+        salt = "" if item.shared_prefix else f"[{run_salt}-{i}] "
         if item.messages is not None:
-            body["messages"] = item.messages
+            body["messages"] = _salted_messages(item.messages, salt)
             out.append(
                 PreparedRequest("/v1/chat/completions", orjson.dumps(body), True, None, max_tokens)
             )
         else:
-            body["prompt"] = item.prompt
+            body["prompt"] = salt + (item.prompt or "")
             out.append(
                 PreparedRequest("/v1/completions", orjson.dumps(body), False, None, max_tokens)
             )
+    return out
+
+
+def _salted_messages(messages: list[dict[str, Any]], salt: str) -> list[dict[str, Any]]:
+    """The messages with ``salt`` before the first message's text (string content, or the
+    first text part of a content list); unchanged without a salt or a text to put it on."""
+    if not salt:
+        return messages
+    out = [dict(m) for m in messages]
+    for m in out:
+        content = m.get("content")
+        if isinstance(content, str):
+            m["content"] = salt + content
+            return out
+        if isinstance(content, list):
+            for j, part in enumerate(content):
+                if isinstance(part, dict) and part.get("type") == "text":
+                    m["content"] = [
+                        *content[:j],
+                        {**part, "text": salt + str(part.get("text", ""))},
+                        *content[j + 1 :],
+                    ]
+                    return out
     return out

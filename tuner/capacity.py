@@ -1,9 +1,12 @@
-"""Capacity search on one running engine: the highest load at which every SLO holds.
+"""Capacity search on one running engine: where to measure, to find the highest load at which
+every SLO holds.
 
 The score of a server configuration (../shared/MEASUREMENT.md) is its output tokens/s at the
-highest load (here: client concurrency) at which every SLO holds and the error rate is under its
-limit. The search never restarts the engine. It is pure logic over a ``measure(concurrency)``
-callable, so it is tested with a fake.
+highest load at which every SLO holds and the error rate is under its limit. The load is a
+client concurrency (closed loop) or a request rate (open-loop Poisson arrivals): a ``LoadAxis``
+says which, and how loads are rounded. The search never restarts the engine. It is pure logic
+over a ``measure(load)`` callable, so it is tested with a fake. It decides where to measure;
+the score itself is estimated from all the points afterwards (tuner/estimate.py).
 
 Steps:
 1. Measure at the starting concurrency (the best configuration's capacity so far, so two
@@ -13,8 +16,12 @@ Steps:
 3. Refine between the highest load that held and the lowest that failed by interpolating the
    worst constraint margin to zero, until the two are within ``resolution``.
 
-Early abandonment: after the first point, ``abandon(point)`` may say the configuration is
-clearly beaten (the caller compares with the best so far); the search then stops.
+Early abandonment: after every point, ``abandon(points)`` may say the configuration is clearly
+beaten (the caller compares its estimate's optimistic end with the best's pessimistic one); the
+search then stops.
+
+Latency need not look monotone in a few dozen requests: a point can hold above one that failed.
+The highest load that held counts only below the lowest load that failed.
 """
 
 from __future__ import annotations
@@ -22,11 +29,58 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Literal
+
+
+@dataclass(frozen=True)
+class LoadAxis:
+    """What a load is: client concurrency (integers from 1) or a request rate (requests/s,
+    rounded to 3 significant figures, from ``minimum``)."""
+
+    kind: Literal["concurrency", "rate"]
+    minimum: float = 1.0
+    maximum: float = 512.0
+
+    @property
+    def key(self) -> str:
+        """The load's name in reports: ``{"concurrency": N}`` or ``{"rate_rps": R}``."""
+        return "concurrency" if self.kind == "concurrency" else "rate_rps"
+
+    @property
+    def unit(self) -> str:
+        return "concurrent requests" if self.kind == "concurrency" else "requests/s"
+
+    def quantize(self, x: float) -> float:
+        if self.kind == "concurrency":
+            q = float(round(x))
+        else:
+            q = float(f"{x:.3g}") if x > 0 else self.minimum
+        return min(self.maximum, max(self.minimum, q))
+
+    def floor(self, x: float) -> float:
+        """The largest load on the axis at or under ``x`` (at least the minimum)."""
+        if self.kind == "concurrency":
+            return min(self.maximum, max(self.minimum, float(math.floor(x + 1e-9))))
+        if x <= self.minimum:
+            return self.minimum
+        unit = 10.0 ** (math.floor(math.log10(x)) - 2)  # 3 significant figures
+        q = float(f"{math.floor(x / unit + 1e-9) * unit:.3g}")
+        return min(self.maximum, max(self.minimum, q))
+
+    def step(self, x: float) -> float:
+        """The smallest distinguishable change near ``x``: 1 client, or 1 % of a rate."""
+        return 1.0 if self.kind == "concurrency" else max(x * 0.01, 0.001)
+
+    def label(self, x: float) -> str:
+        return f"c={int(x)}" if self.kind == "concurrency" else f"rate={x:g}/s"
+
+
+CONCURRENCY = LoadAxis("concurrency")
 
 
 @dataclass
 class PointOutcome:
-    concurrency: int
+    load: float
     holds: bool
     worst_margin: float  # measured / limit - 1 over every SLO and the error rate; <= 0 holds
     output_tokens_per_s: float
@@ -34,7 +88,7 @@ class PointOutcome:
 
 @dataclass
 class CapacityResult:
-    best: PointOutcome | None  # the highest concurrency that held; None: nothing held
+    best: PointOutcome | None  # the highest load that held below every failed one; None: none
     points: list[PointOutcome] = field(default_factory=list)
     abandoned: str | None = None  # why the search stopped early, if it did
 
@@ -43,17 +97,25 @@ class CapacityResult:
         return self.best.output_tokens_per_s if self.best else 0.0
 
 
-def _next_up(p: PointOutcome, growth: float, max_c: int) -> int:
+def consistent_best(points: list[PointOutcome]) -> PointOutcome | None:
+    """The highest load that held, among those below the lowest load that failed."""
+    lowest_fail = min((p.load for p in points if not p.holds), default=math.inf)
+    held = [p for p in points if p.holds and p.load < lowest_fail]
+    return max(held, key=lambda p: p.load) if held else None
+
+
+def _next_up(p: PointOutcome, growth: float, axis: LoadAxis) -> float:
     # When the worst margin is close to zero, a full doubling likely overshoots: aim at about
     # where latency would reach the limit if it grew linearly with load, but move at least 25 %.
     factor = growth
     if p.worst_margin < 0 and math.isfinite(p.worst_margin):
         factor = min(growth, max(1.25, 1.0 / (1.0 + p.worst_margin)))
-    return min(max_c, max(p.concurrency + 1, round(p.concurrency * factor)))
+    return axis.quantize(max(p.load + axis.step(p.load), p.load * factor))
 
 
-def _interpolate(lo: PointOutcome, hi: PointOutcome) -> int:
-    """Where the worst margin crosses zero between a held point and a failed one."""
+def _interpolate(lo: PointOutcome, hi: PointOutcome, axis: LoadAxis) -> float | None:
+    """Where the worst margin crosses zero between a held point and a failed one; None when
+    no load on the axis lies strictly between them."""
     m_lo, m_hi = lo.worst_margin, hi.worst_margin
     if math.isfinite(m_lo) and math.isfinite(m_hi) and m_hi > m_lo:
         frac = (0.0 - m_lo) / (m_hi - m_lo)
@@ -61,85 +123,86 @@ def _interpolate(lo: PointOutcome, hi: PointOutcome) -> int:
         frac = 0.5
     # Keep away from both ends so every step learns something.
     frac = min(0.75, max(0.25, frac))
-    c = round(lo.concurrency + frac * (hi.concurrency - lo.concurrency))
-    return min(hi.concurrency - 1, max(lo.concurrency + 1, c))
+    x = axis.quantize(lo.load + frac * (hi.load - lo.load))
+    step = axis.step(lo.load)
+    x = min(axis.floor(hi.load - step), max(axis.quantize(lo.load + step), x))
+    return x if lo.load < x < hi.load else None
 
 
 def find_capacity(
-    measure: Callable[[int], PointOutcome],
+    measure: Callable[[float], PointOutcome],
     *,
-    start: int,
-    max_concurrency: int = 512,
+    start: float,
+    axis: LoadAxis = CONCURRENCY,
     growth: float = 2.0,
     resolution: float = 1.15,
     max_points: int = 7,
     saturation_gain: float = 1.03,
-    abandon: Callable[[PointOutcome], str | None] | None = None,
+    abandon: Callable[[list[PointOutcome]], str | None] | None = None,
     should_stop: Callable[[], str | None] = lambda: None,
 ) -> CapacityResult:
-    """Find the highest concurrency whose point holds every SLO.
+    """Measure loads until the highest one whose point holds every SLO is bracketed.
 
     Args:
         measure: runs one load point on the live engine.
-        start: the first concurrency to try.
-        resolution: stop refining once failed/held concurrency is within this ratio.
+        start: the first load to try (rounded onto the axis).
+        axis: concurrency or request rate, with its bounds.
+        resolution: stop refining once the failed/held load ratio is within this.
         max_points: the most load points to measure.
         saturation_gain: stop climbing when throughput grew by less than this factor.
-        abandon: after the first point, a reason to give up on this configuration, or None.
+        abandon: after every point, a reason to give up on this configuration, or None.
         should_stop: checked before every point after the first (the run's time budget); a
             reason stops the search with what it has, recorded in ``abandoned`` when nothing
             held yet.
     """
-    start = max(1, min(start, max_concurrency))
     res = CapacityResult(best=None)
-    held: list[PointOutcome] = []
-    failed: list[PointOutcome] = []
-    by_c: dict[int, PointOutcome] = {}
+    by_load: dict[float, PointOutcome] = {}
 
-    def run(c: int) -> PointOutcome:
+    def run(x: float) -> PointOutcome:
         if res.points and (why := should_stop()):
             raise _Stop(why)
-        q = measure(c)
-        by_c[c] = q
+        q = measure(x)
+        by_load[x] = q
         res.points.append(q)
-        (held if q.holds else failed).append(q)
         return q
 
-    def next_concurrency() -> int | None:
+    def next_load() -> float | None:
         """The next load to measure, or None when the capacity is found well enough."""
         if len(res.points) >= max_points:
             return None
-        top = max(held, key=lambda q: q.concurrency) if held else None
-        above = [q for q in failed if top is None or q.concurrency > top.concurrency]
+        failed = [q for q in res.points if not q.holds]
+        top = consistent_best(res.points)
+        above = [q for q in failed if top is None or q.load > top.load]
+        x: float | None
         if top is not None and above:  # bracketed: refine
-            hi = min(above, key=lambda q: q.concurrency)
-            if hi.concurrency <= top.concurrency * resolution:
+            hi = min(above, key=lambda q: q.load)
+            if hi.load <= top.load * resolution:
                 return None
-            c = _interpolate(top, hi) if hi.concurrency - top.concurrency > 1 else None
+            x = _interpolate(top, hi, axis)
         elif top is not None:  # everything held so far: climb unless saturated
-            prev = [q.output_tokens_per_s for q in held if q.concurrency < top.concurrency]
+            prev = [q.output_tokens_per_s for q in res.points if q.load < top.load]
             saturated = bool(prev) and top.output_tokens_per_s < saturation_gain * max(prev)
-            if top.concurrency >= max_concurrency or saturated:
+            if top.load >= axis.maximum or saturated:
                 return None
-            c = _next_up(top, growth, max_concurrency)
+            x = _next_up(top, growth, axis)
         else:  # everything failed so far: descend
-            low = min(failed, key=lambda q: q.concurrency)
-            c = max(1, low.concurrency // 2) if low.concurrency > 1 else None
-        return None if c is None or c in by_c else c
+            low = min(q.load for q in failed)
+            x = axis.floor(low / 2) if low > axis.minimum else None
+        return None if x is None or x in by_load else x
 
-    first = run(start)
-    if abandon is not None and (why := abandon(first)):
-        res.abandoned = why
-        res.best = first if first.holds else None
-        return res
     try:
-        while (c := next_concurrency()) is not None:
-            run(c)
+        run(axis.quantize(start))
+        while True:
+            if abandon is not None and (why := abandon(res.points)):
+                res.abandoned = why
+                break
+            if (x := next_load()) is None:
+                break
+            run(x)
     except _Stop as stop:
-        if not held:
+        if consistent_best(res.points) is None:
             res.abandoned = stop.reason
-    if held:
-        res.best = max(held, key=lambda q: q.concurrency)
+    res.best = consistent_best(res.points)
     return res
 
 

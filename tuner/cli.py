@@ -88,8 +88,21 @@ def tune_cmd(
         typer.Option(help="tokenizer folder or id for synthetic prompts [default: the model]"),
     ] = None,
     workload: Annotated[
-        str, typer.Option(help="synthetic:input=N,output=M or a .jsonl file")
+        str, typer.Option(help="synthetic:input=N,output=M[,spread=0.5] or a .jsonl file")
     ] = DEFAULT_WORKLOAD,
+    load: Annotated[
+        str,
+        typer.Option(
+            help="load model: rate (open-loop Poisson arrivals, what a service sees; capacity "
+            "in requests/s) or concurrency (a closed loop of N clients)"
+        ),
+    ] = "rate",
+    salt: Annotated[
+        str | None,
+        typer.Option(
+            help="the workload's random salt, to reproduce a run's prompts [default: fresh]"
+        ),
+    ] = None,
     trials: Annotated[
         int,
         typer.Option(help="server configurations to start after the baseline, across all stages"),
@@ -152,6 +165,10 @@ def tune_cmd(
         fail("--model is required (try --model smollm2-135m)")
     if trials < 0:
         fail(f"--trials must be >= 0, got {trials}")
+    if load not in ("rate", "concurrency"):
+        fail(f"--load {load!r} is unknown; known: rate, concurrency")
+    if salt is not None and not re.fullmatch(r"[0-9A-Za-z_-]{1,32}", salt):
+        fail(f"--salt {salt!r}: use 1-32 letters, digits, '-' or '_' (report.json has the run's)")
     if not 0 <= max_error_rate < 1:
         fail(f"--max-error-rate must be in [0, 1), got {max_error_rate}")
     if not slo:
@@ -203,6 +220,8 @@ def tune_cmd(
             slos=slos,
             workload=wl,
             engine=engine,
+            load_model=load,
+            salt=salt,
             trials=trials,
             time_budget_s=budget_s,
             output_dir=output,

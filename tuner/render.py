@@ -37,6 +37,24 @@ def shell_command(argv: list[str], env: dict[str, str]) -> str:
     return " ".join([*(f"{k}={shlex.quote(v)}" for k, v in env.items()), *map(shlex.quote, argv)])
 
 
+def load_text(load: dict[str, float] | None) -> str:
+    """``c=24`` (closed loop) or ``2.45 req/s`` (open-loop rate); ``-`` without a load."""
+    if not load:
+        return "-"
+    if "concurrency" in load:
+        c = load["concurrency"]
+        return f"c={c:.3g}" if c != int(c) else f"c={int(c)}"
+    return f"{load['rate_rps']:.3g} req/s"
+
+
+def _interval(e: Any) -> str:
+    """An estimate's 90 % interval of tokens/s, ``287-315`` or ``287-open``."""
+    if e is None:
+        return ""
+    hi = "open" if e.high is None else f"{e.high:.0f}"
+    return f" (90 % {e.low:.0f}-{hi})"
+
+
 def _bar(value: float, top: float, width: int = 24) -> str:
     n = round(width * value / top) if top > 0 else 0
     return "█" * n + "·" * (width - n)
@@ -71,7 +89,7 @@ def _spec(t: TrialReport) -> str:
 def _trial_row(t: TrialReport, top: float, defaults: dict[str, Any]) -> str:
     m = t.metrics
     score = t.score_tokens_per_s or 0.0
-    load = f"c={int(t.load['concurrency'])}" if t.load else "-"
+    load = load_text(t.load)
     ttft = _lat(m.ttft_ms) if m else "-"
     tpot = _lat(m.tpot_ms) if m else "-"
     why = f" {t.error}" if t.error else ""
@@ -81,7 +99,8 @@ def _trial_row(t: TrialReport, top: float, defaults: dict[str, Any]) -> str:
     settings = _params(t.params, defaults) if t.params else "baseline"
     return (
         f"| {t.number} | {t.stage} | {settings} | {t.status}{why} | {load} | "
-        f"{score:.0f} `{_bar(score, top)}` | {ttft} | {tpot} | {_quality(t.quality)} | "
+        f"{score:.0f}{_interval(t.estimate)} `{_bar(score, top)}` | {ttft} | {tpot} | "
+        f"{_quality(t.quality)} | "
         f"{_spec(t)} | {start} |"
     )
 
@@ -112,8 +131,9 @@ def _waterfall(r: Report) -> list[str]:
         "## Stage by stage",
         "",
         "Each stage starts from the configuration the stage before carried out. Score = output "
-        "tokens/s at the highest concurrency meeting every SLO (search measurement); TTFT and "
-        "time per output token are p50 / p99 there.",
+        "tokens/s at the estimated capacity: where the fit of latency against load over all of "
+        "a configuration's search points crosses the SLOs; TTFT and time per output token are "
+        "p50 / p99 at the point measured closest under it.",
         "",
         "| step | configuration | score (tok/s) | step gain | vs baseline | TTFT | TPOT | "
         "quality | speculative |",
@@ -145,10 +165,10 @@ def _waterfall(r: Report) -> list[str]:
     rec = r.recommended
     if rec is not None:
         m = rec.metrics
-        gain = f"{rec.gain_vs_baseline:.2f}x" if rec.gain_vs_baseline else "-"
+        gain = f"{rec.gain_vs_baseline:.2f}x (confirmed)" if rec.gain_vs_baseline else "-"
         out.append(
             f"| confirmed | trial {rec.from_trial}, fresh start, {rec.n_requests} requests at "
-            f"c={int(rec.load['concurrency'])} | {m.output_tokens_per_s:.0f} "
+            f"{load_text(rec.load)} | {m.output_tokens_per_s:.0f} "
             f"`{_bar(m.output_tokens_per_s, top, 16)}` | | {gain} | {_lat(m.ttft_ms)} | "
             f"{_lat(m.tpot_ms)} | {_quality(m.quality)} | "
             f"{'-' if m.acceptance_rate is None else f'accepted {m.acceptance_rate:.0%}'} |"
@@ -189,24 +209,56 @@ def render_markdown(r: Report) -> str:
         dflt = " (the default)" if q.get("default") else ""
         quality = f"; quality degradation <= {q['max_degradation_pct']:g} %{dflt}"
     out += ["", f"**SLOs**: {slos}{quality}; error rate <= {r.max_error_rate:.1%}.", ""]
+    if r.load:
+        model = (
+            "open-loop Poisson arrivals at a request rate (what a service sees)"
+            if r.load.get("model") == "rate"
+            else "a closed loop of concurrent clients"
+        )
+        out += [f"**Load**: {model}; capacity in {r.load.get('unit')}. Salt `{r.salt}`.", ""]
     rec = r.recommended
     base = r.baseline
     if rec:
         m = rec.metrics
-        gain = f"**{rec.gain_vs_baseline:.2f}x** the baseline" if rec.gain_vs_baseline else ""
+        gain = (
+            f"**{rec.gain_vs_baseline:.2f}x** the baseline, {rec.gain_basis}"
+            if rec.gain_vs_baseline
+            else f"gain {rec.gain_basis or 'not computed'}"
+        )
         if rec.meets_slo:
             verdict = "meets every SLO"
         elif rec.provisional and rec.verdict.holds:
-            verdict = "holds, but provisionally: fewer requests than the percentile needs"
+            verdict = "holds, but provisionally: too few requests for the percentile"
+        elif rec.verdict.holds:
+            verdict = "holds the SLOs, but without the headroom asked for"
         else:
             verdict = "does NOT meet the SLOs"
+        base_c = r.baseline_confirmation
         out += [
             "## Recommendation",
             "",
-            f"**{m.output_tokens_per_s:.0f} output tokens/s** at concurrency "
-            f"{int(rec.load['concurrency'])} ({gain}): {verdict}, measured with "
-            f"{rec.n_requests} requests after a fresh start from the launch command below.",
+            f"**{m.output_tokens_per_s:.0f} output tokens/s** at {load_text(rec.load)} "
+            f"({gain}): {verdict}, measured with {rec.n_requests} requests after a fresh start "
+            "from the launch command below.",
             "",
+            *(
+                [
+                    f"- Capacity from every point (search and confirmation): "
+                    f"{load_text(_cap_load(rec.capacity, rec.load))}, "
+                    f"{rec.capacity.tokens_per_s:.0f} tokens/s{_interval(rec.capacity)}"
+                ]
+                if rec.capacity is not None and rec.capacity.load is not None
+                else []
+            ),
+            *(
+                [
+                    f"- Baseline, confirmed the same way: {base_c.metrics.output_tokens_per_s:.0f}"
+                    f" tokens/s at {load_text(base_c.load)} "
+                    f"({'meets' if base_c.meets_slo else 'does not meet'} the SLOs)"
+                ]
+                if base_c is not None
+                else []
+            ),
             f"- TTFT p50 / p99: **{_lat(m.ttft_ms)}**",
             f"- Time per output token p50 / p99: **{_lat(m.tpot_ms)}**",
             f"- Errors: {m.n_failed} of {m.n_requests}; client CPU {m.client_cpu_pct or 0:.0f} %"
@@ -263,8 +315,8 @@ def render_markdown(r: Report) -> str:
             "## Baseline",
             "",
             f"{r.baseline_note.rstrip('.')}. Score {base.score_tokens_per_s or 0:.0f} "
-            "output tokens/s"
-            + (f" at concurrency {int(base.load['concurrency'])}" if base.load else "")
+            f"output tokens/s{_interval(base.estimate)}"
+            + (f" at {load_text(base.load)}" if base.load else "")
             + f" ({base.status}).",
             "",
         ]
@@ -273,8 +325,9 @@ def render_markdown(r: Report) -> str:
     out += [
         "## Configurations tried",
         "",
-        "Score = output tokens/s at the highest concurrency that met every SLO. "
-        "TTFT and TPOT are p50 / p99 at that load.",
+        "Score = output tokens/s at the estimated capacity (its 90 % interval from a bootstrap "
+        "over requests); load = that capacity. TTFT and TPOT are p50 / p99 at the point "
+        "measured closest under it.",
         "",
         "| # | stage | settings | status | load | score (tok/s) | TTFT | TPOT | quality | "
         "speculative | start-up |",
@@ -296,6 +349,14 @@ def render_markdown(r: Report) -> str:
             if c is not None:
                 out.append(f"  - {_contrast(c)}")
         out.append("")
+    if r.comparisons:
+        out += ["## Side by side", ""]
+        out += [
+            f"- trials {c.trials[0]} and {c.trials[1]}: trial {c.winner} goes on; {c.note}"
+            for c in r.comparisons
+        ]
+        out.append("")
+    out += _hygiene(r)
     if r.timing:
         t = r.timing
         out += [
@@ -362,11 +423,12 @@ def render_summary(r: Report, report_dir: str) -> str:
     rec = r.recommended
     if rec:
         m = rec.metrics
-        gain = f" ({rec.gain_vs_baseline:.2f}x baseline)" if rec.gain_vs_baseline else ""
+        gain = (
+            f" ({rec.gain_vs_baseline:.2f}x the confirmed baseline)" if rec.gain_vs_baseline else ""
+        )
         lines += [
             f"  recommended: {_params(rec.params, r.knob_defaults)}",
-            f"  at concurrency {int(rec.load['concurrency'])}: {m.output_tokens_per_s:.0f} output "
-            f"tokens/s{gain}",
+            f"  at {load_text(rec.load)}: {m.output_tokens_per_s:.0f} output tokens/s{gain}",
             f"  TTFT p50/p99 {_lat(m.ttft_ms)} | TPOT p50/p99 {_lat(m.tpot_ms)} | "
             f"meets SLO: {'yes' if rec.meets_slo else 'no'}",
             f"  launch: {shell_command(rec.launch_command, rec.env)}"
@@ -431,3 +493,30 @@ def render_probe(p: Any) -> str:
         for s in v.stages:
             lines.append(f"  stage {s.name}: {s.expected} ({s.reason})")
     return "\n".join(lines)
+
+
+def _cap_load(cap: Any, like: dict[str, float]) -> dict[str, float]:
+    """The capacity's load under the recommendation's load key."""
+    return {next(iter(like)): cap.load}
+
+
+def _hygiene(r: Report) -> list[str]:
+    """Prompt-token mismatches and output counts not taken from the server's usage: shown
+    only where they occurred."""
+    seen: list[str] = []
+    for t in [r.baseline, *r.trials]:
+        if t is None:
+            continue
+        for p in t.points:
+            m = p.metrics
+            where = f"trial {t.number} at {load_text(p.load)}"
+            if m.prompt_token_mismatches:
+                seen.append(
+                    f"{where}: {m.prompt_token_mismatches} requests whose prompt-token count "
+                    "differed from what was asked"
+                )
+            if m.n_out_source not in ("usage", "none"):
+                seen.append(f"{where}: output tokens counted from {m.n_out_source} (no usage)")
+    if not seen:
+        return []
+    return ["## Measurement notes", "", *(f"- {x}" for x in seen[:20]), ""]

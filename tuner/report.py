@@ -25,6 +25,8 @@ from probes.diagnose import Diagnosis
 from probes.exactness import Exactness
 from probes.metrics import LoadMetrics, Verdict
 from probes.quality import QualityCheck
+from tuner.compare import ComparisonReport
+from tuner.estimate import CapacityEstimate
 from tuner.hardware import Hardware
 
 SCHEMA_VERSION = 1
@@ -49,6 +51,7 @@ class PointReport(Strict):
     verdict: Verdict
     records_file: str
     server: dict[str, float] | None = None  # deltas of server counters over the window
+    side_by_side: bool = False  # measured in a side-by-side repeat against another config
 
 
 class TrialReport(Strict):
@@ -62,9 +65,13 @@ class TrialReport(Strict):
     error: str | None = None
     startup_s: float | None = None
     warmup_s: float | None = None
-    score_tokens_per_s: float | None = None  # output tokens/s at the highest load that held
-    load: dict[str, float] | None = None  # that load
-    metrics: LoadMetrics | None = None  # measured there (without a score: the last point)
+    # Output tokens/s at the estimated capacity: where the fit of every point's latency
+    # against load crosses the SLOs (tuner/estimate.py); ``estimate`` has its 90 % interval.
+    score_tokens_per_s: float | None = None
+    load: dict[str, float] | None = None  # that capacity (fractional: it is interpolated)
+    # The point measured closest under the capacity (without a score: the last point)
+    metrics: LoadMetrics | None = None
+    estimate: CapacityEstimate | None = None
     points: list[PointReport] = []
     log_file: str | None = None
     wall_s: float = 0.0
@@ -99,6 +106,17 @@ class StageReport(Strict):
     contrast: ContrastReport | None = None  # the stage's own figure, where its space names one
 
 
+class ConfirmTry(Strict):
+    """One full-size confirmation measurement."""
+
+    load: dict[str, float]
+    output_tokens_per_s: float
+    worst_margin: float
+    provisional: bool
+    meets: bool  # every SLO held with the headroom, with enough requests for the percentile
+    n_requests: int
+
+
 class Recommendation(Strict):
     params: dict[str, Any]
     env: dict[str, str]
@@ -107,12 +125,20 @@ class Recommendation(Strict):
     achieved_load: dict[str, float]
     metrics: LoadMetrics
     verdict: Verdict
+    # True only with enough requests for every SLO's percentile (over-limit requests counted)
+    # and every latency at most (1 - headroom) x its limit.
     meets_slo: bool
     provisional: bool
     n_requests: int
     from_trial: int
     search_score_tokens_per_s: float
+    search_estimate: CapacityEstimate | None = None  # the trial's estimate from its search
+    capacity: CapacityEstimate | None = None  # search and confirmation points together
+    tries: list[ConfirmTry] = []
+    # This confirmed figure over the baseline's confirmed figure; None where the baseline
+    # was not confirmed (never a confirmed figure over a search figure).
     gain_vs_baseline: float | None
+    gain_basis: str = ""
     confirmation: str  # how the claim was measured
 
 
@@ -138,6 +164,8 @@ class Report(Strict):
     endpoint: str | None = None  # --engine endpoint: the server's root URL
     hardware: Hardware
     workload: dict[str, Any]
+    load: dict[str, str] = {}  # {"model": "rate" | "concurrency", "unit": ...}
+    salt: str = ""  # the workload's random salt (--salt reproduces the prompts)
     slo: list[SLOReport]
     quality_slo: dict[str, Any] | None
     max_error_rate: float
@@ -149,6 +177,9 @@ class Report(Strict):
     trials: list[TrialReport]
     stages: list[StageReport]
     recommended: Recommendation | None
+    # The baseline confirmed the same way as the recommendation (on its own server)
+    baseline_confirmation: Recommendation | None = None
+    comparisons: list[ComparisonReport] = []  # side-by-side repeats of close configurations
     # The exactness check of the recommended speculative configuration, or of the best
     # speculative one that was not recommended because its outputs changed.
     exactness: Exactness | None = None

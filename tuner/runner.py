@@ -57,7 +57,9 @@ from probes.quality import (
 from probes.server_metrics import PeakSampler, delta, fetch_snapshot
 from probes.slo import SLOSet
 from probes.workload import SyntheticWorkload, Tokenizer, Workload, prepare_requests
-from tuner.capacity import CapacityResult, PointOutcome, find_capacity
+from tuner.capacity import LoadAxis, PointOutcome, find_capacity
+from tuner.compare import TIE_BAND, ComparisonReport, beaten, side_by_side, too_close, verdict
+from tuner.confirm import ConfirmResult, Try, confirm
 from tuner.engines import get_engine
 from tuner.engines.base import (
     Engine,
@@ -68,9 +70,11 @@ from tuner.engines.base import (
     free_port,
 )
 from tuner.engines.endpoint import AttachedServer, EndpointError, attach
+from tuner.estimate import CapacityEstimate, Samples, constraints, estimate
 from tuner.hardware import Hardware, detect_hardware, template_context
 from tuner.models import resolve_model
 from tuner.report import (
+    ConfirmTry,
     ContrastReport,
     PointReport,
     Recommendation,
@@ -121,8 +125,17 @@ class TuneOptions(BaseModel):
     max_error_rate: float = 0.01
     startup_timeout_s: float = 300.0
     request_timeout_s: float = 180.0
+    # The load model: open-loop Poisson arrivals at a request rate (what a service sees; the
+    # default) or a closed loop of N concurrent clients.
+    load_model: Literal["rate", "concurrency"] = "rate"
     start_concurrency: int = 8
     max_concurrency: int = 512
+    start_rate_rps: float | None = None  # default: what the probe's load point sustained
+    max_rate_rps: float = 1000.0
+    search_point_s: float = 15.0  # a rate point's arrivals span at least this long
+    salt: str | None = None  # the workload's random salt (default: fresh per run)
+    side_by_side: bool = True  # repeat two configurations too close to call, interleaved
+    tie_band: float = TIE_BAND  # estimates closer than this are too close to call
     search_min_requests: int = 40
     search_requests_per_slot: float = 3.0
     confirm_requests: int | None = None  # default: what the SLO percentile needs, plus 10 %
@@ -179,7 +192,19 @@ class Runner:
         self.engine = engine or get_engine(opts.engine)
         self.hw = hardware or detect_hardware()
         self.clock = Clock()
-        self.rng = random.Random(opts.seed)
+        # A fresh salt per run (recorded; --salt reproduces it): prompts differ between runs,
+        # so a prefix cache never serves one run's prompts to the next.
+        self.salt = opts.salt or secrets.token_hex(4)
+        self.rng = random.Random(f"{opts.seed}:{self.salt}")
+        self.axis = (
+            LoadAxis("rate", minimum=0.01, maximum=opts.max_rate_rps)
+            if opts.load_model == "rate"
+            else LoadAxis("concurrency", minimum=1, maximum=opts.max_concurrency)
+        )
+        self.cons = constraints(opts.slos, opts.max_error_rate)
+        self.samples: dict[int, list[Samples]] = {}  # trial number -> its points' samples
+        self.comparisons: list[ComparisonReport] = []
+        self.baseline_confirmed: Recommendation | None = None
         self.run_id = (
             datetime.now().strftime("%Y%m%d-%H%M%S")
             + f"-{_slug(opts.model or opts.served_model or 'served')}-{self.engine.name}-"
@@ -219,10 +244,24 @@ class Runner:
         # A different seed (so a different salt) per load point: no prefix-cache reuse.
         return self.rng.getrandbits(31)
 
-    def _n_search(self, c: int) -> int:
-        return max(self.opts.search_min_requests, math.ceil(self.opts.search_requests_per_slot * c))
+    def _n_search(self, x: float) -> int:
+        """A search point's requests: a few per client slot (closed loop), or enough arrivals
+        to span ``search_point_s`` (open loop)."""
+        per = (
+            self.opts.search_requests_per_slot
+            if self.axis.kind == "concurrency"
+            else (self.opts.search_point_s)
+        )
+        return max(self.opts.search_min_requests, math.ceil(per * x))
 
-    def _n_confirm_fit(self, c: int, rps: float, left_s: float | None = None) -> int:
+    def _load(self, x: float) -> dict[str, float]:
+        """A load as report.json writes it: ``{"concurrency": N}`` or ``{"rate_rps": R}``."""
+        return {self.axis.key: int(x) if self.axis.kind == "concurrency" else x}
+
+    def _load_of(self, t: TrialReport) -> float | None:
+        return float(t.load[self.axis.key]) if t.load and self.axis.key in t.load else None
+
+    def _n_confirm_fit(self, c: float, rps: float, left_s: float | None = None) -> int:
         """The confirmation's request count under a time budget: what the SLO percentile needs,
         unless that takes more than a quarter of the budget (or the time left): then what fits,
         and the verdict says it is provisional. A slow server (static batching at 0.4
@@ -233,11 +272,12 @@ class Runner:
         cap_s = 0.25 * self.opts.time_budget_s
         if left_s is not None:
             cap_s = min(cap_s, left_s)
-        return max(2 * c, 20, min(n, math.floor(max(rps, 1e-3) * cap_s)))
+        floor = math.ceil(2 * c) if self.axis.kind == "concurrency" else 20
+        return max(floor, 20, min(n, math.floor(max(rps, 1e-3) * cap_s)))
 
-    def _n_confirm(self, c: int) -> int:
+    def _n_confirm(self, c: float) -> int:
         need = self.opts.confirm_requests or math.ceil(self.opts.slos.requests_needed * 1.1)
-        return max(need, 2 * c)
+        return max(need, math.ceil(2 * c)) if self.axis.kind == "concurrency" else need
 
     # ----------------------------------------------------------------- run
     def run(self) -> Report:
@@ -391,33 +431,32 @@ class Runner:
         ok = [t for t in ok if not t.rejected]
         return max(ok, key=lambda t: t.score_tokens_per_s or 0.0) if ok else None
 
-    def _abandon_rule(self, best: TrialReport | None) -> Callable[[PointOutcome], str | None]:
-        """Clearly beaten at the best configuration's own load: stop the capacity search.
+    def _abandon_rule(
+        self, trial: TrialReport, best: TrialReport | None
+    ) -> Callable[[list[PointOutcome]], str | None]:
+        """Clearly beaten: stop the capacity search once the estimate from this trial's points
+        so far is beaten at the optimistic end of its interval by the best configuration's
+        pessimistic end (tuner/compare.py); never on a coin flip at the SLO's edge."""
 
-        Throughput grows with load, so a configuration that breaks the SLOs at the best one's
-        capacity with fewer tokens/s cannot beat it at any lower load; one that holds there but
-        delivers under half the best score is not worth the remaining points.
-        """
-
-        def rule(p: PointOutcome) -> str | None:
-            if best is None or not best.load or not best.score_tokens_per_s:
+        def rule(points: list[PointOutcome]) -> str | None:
+            if best is None or best.estimate is None or best.estimate.censored == "below":
                 return None
-            if p.concurrency != int(best.load["concurrency"]):
+            est = self._estimate(trial.number)
+            if est is None or not beaten(est, best.estimate, self.opts.tie_band):
                 return None
-            s = best.score_tokens_per_s
-            if not p.holds and p.output_tokens_per_s < s:
-                return (
-                    f"breaks the SLOs at the best load (c={p.concurrency}) with "
-                    f"{p.output_tokens_per_s:.0f} < {s:.0f} tokens/s: cannot beat the best"
-                )
-            if p.holds and p.output_tokens_per_s < 0.5 * s:
-                return (
-                    f"{p.output_tokens_per_s:.0f} tokens/s at the best load "
-                    f"(c={p.concurrency}), under half the best {s:.0f}"
-                )
-            return None
+            return (
+                f"beaten: at most {est.optimistic:.0f} tokens/s (the optimistic end of its "
+                f"90 % interval, {len(points)} points) against at least {best.estimate.low:.0f} "
+                f"for trial {best.number}"
+            )
 
         return rule
+
+    def _estimate(self, number: int, level: float = 0.0) -> CapacityEstimate | None:
+        """The capacity estimate from all of a trial's points (seeded: reproducible)."""
+        return estimate(
+            self.samples.get(number, []), self.cons, level=level, seed=self.opts.seed + number
+        )
 
     def evaluate(self, number: int, stage: str, params: dict[str, Any]) -> TrialReport:
         """Start one configuration, find its capacity, stop it. Never raises for engine trouble."""
@@ -471,9 +510,7 @@ class Runner:
         """On a ready engine: the quality gate, warm-up, the baseline's probe and references,
         the capacity search, then the exactness check."""
         baseline = trial.stage == "baseline"
-        start_c = (
-            int(best.load["concurrency"]) if best and best.load else self.opts.start_concurrency
-        )
+        start = self._start_load(best)
         if not baseline and self.space and self.space.changed("quantisation", trial.params):
             # Before the warm-up, so that a configuration too slow to time still gets its
             # quality figure (bounded by QUALITY_BUDGET_S).
@@ -488,12 +525,13 @@ class Runner:
                 f"{label}: quality {q.metric} {q.value:.4g} against {q.baseline_value:.4g} "
                 f"({q.degradation_pct:+.2f} %, limit {self.quality_limit:g} %)"
             )
-        trial.warmup_s = self._warmup(server, start_c)
+        trial.warmup_s = self._warmup(server, start)
         if baseline:
             if self.opts.probe:
                 self._diagnose(server)
             if self._wants("quantisation"):
                 self._baseline_quality(server)
+            start = self._start_load(None)
         elif best is not None and best.warmup_s and trial.warmup_s > 3 * best.warmup_s + 20:
             trial.status, trial.error = (
                 "abandoned",
@@ -503,14 +541,16 @@ class Runner:
             self.say(f"{label}: abandoned: {trial.error}")
             return
         cap = find_capacity(
-            lambda c: self._point(server, trial, tdir, c, self._n_search(c), label),
-            start=start_c,
-            max_concurrency=self.opts.max_concurrency,
-            abandon=None if baseline else self._abandon_rule(best),
+            lambda x: self._point(server, trial, tdir, x, self._n_search(x), label),
+            start=start,
+            axis=self.axis,
+            abandon=None if baseline else self._abandon_rule(trial, best),
             max_points=7 if self.launches else max(1, self.opts.trials),
             should_stop=self._points_time_left,
         )
-        self._score(trial, cap)
+        self._score(trial, cap.abandoned)
+        if baseline and trial.status == "ok":
+            self.baseline_confirmed = self._confirm_on(server, trial, tdir, "baseline confirmation")
         if trial.quality is not None:
             if trial.metrics is not None:
                 trial.metrics.quality = trial.quality
@@ -524,6 +564,81 @@ class Runner:
             self._exactness(server, trial, tdir, label, best)
         if trial.rejected:
             self.say(f"{label}: not recommendable: {trial.rejected}")
+        elif trial.status == "ok" and best is not None:
+            self._side_by_side(server, trial, tdir, best)
+
+    def _side_by_side(
+        self, server: RunningServer, trial: TrialReport, tdir: Path, best: TrialReport
+    ) -> None:
+        """Too close to call (each estimate inside the other's interval): start the best
+        configuration again beside this one and measure both at their capacities, interleaved
+        with fresh salts (tuner/compare.py); both are then scored from all their points."""
+        a, b = best.estimate, trial.estimate
+        if not (self.opts.side_by_side and self.launches and a is not None and b is not None):
+            return
+        if not too_close(a, b, self.opts.tie_band):
+            return
+        loads = sorted(
+            {self.axis.floor(x) for x in (self._load_of(best), self._load_of(trial)) if x}
+        )
+        rounds = 1
+        if len(loads) == 2 and loads[1] <= loads[0] * 1.05:
+            loads, rounds = loads[:1], 2  # one load, measured twice each (A-B-B-A)
+        rps = trial.metrics.requests_per_s if trial.metrics else 1.0
+        point_s = sum(self._n_search(x) for x in loads) * 2 * rounds / max(rps, 1e-3)
+        need = (best.startup_s or 60.0) + (best.warmup_s or 20.0) + point_s
+        if time.monotonic() + need + self._confirm_estimate_s() > self.deadline:
+            self.notes.append(
+                f"trials {best.number} and {trial.number} are within each other's intervals; "
+                "the time budget left no room to measure them side by side"
+            )
+            return
+        self.say(
+            f"trial {trial.number} ({b.tokens_per_s:.0f} tok/s) and trial {best.number} "
+            f"({a.tokens_per_s:.0f}) are too close to call: measuring both again side by side"
+        )
+        bdir = self.out / "trials" / f"{best.number:03d}"
+        spec = LaunchSpec(best.launch_command, best.env).with_port(free_port())
+        labels = (f"trial {best.number} (side by side)", f"trial {trial.number} (side by side)")
+        try:
+            with self._server(spec, bdir / f"server-beside-{trial.number:03d}.log") as other:
+                self._warmup(other, loads[0])
+                run = side_by_side(
+                    {
+                        "a": lambda x: self._point(
+                            other, best, bdir, x, self._n_search(x), labels[0], True
+                        ),
+                        "b": lambda x: self._point(
+                            server, trial, tdir, x, self._n_search(x), labels[1], True
+                        ),
+                    },
+                    loads,
+                    rounds=rounds,
+                    should_stop=self._points_time_left,
+                )
+        except EngineStartError as exc:
+            self.notes.append(f"side by side with trial {best.number}: it failed to start: {exc}")
+            return
+        after = (self._apply_estimate(best), self._apply_estimate(trial))
+        report = verdict((best.number, trial.number), loads, run, (a, b), after)
+        self.comparisons.append(report)
+        write_atomic(bdir / "trial.json", dump_json(best))
+        self.say(f"side by side: trial {report.winner} goes on; {report.note}")
+
+    def _start_load(self, best: TrialReport | None) -> float:
+        """Where a capacity search starts: the best configuration's capacity (so two are
+        compared at the same load first); for the first, the start option, or under the rate
+        model what the probe's load point sustained."""
+        if best is not None and (x := self._load_of(best)) is not None:
+            return self.axis.floor(x)
+        if self.axis.kind == "concurrency":
+            return float(self.opts.start_concurrency)
+        if self.opts.start_rate_rps is not None:
+            return self.opts.start_rate_rps
+        d = self.diagnosis
+        if d is not None and d.load_metrics is not None and d.load_metrics.requests_per_s > 0:
+            return self.axis.floor(d.load_metrics.requests_per_s)
+        return 1.0
 
     def _wants(self, stage: str) -> bool:
         """Whether the space has this stage and --stages does not leave it out."""
@@ -657,37 +772,60 @@ class Runner:
         self.probe_s = time.monotonic() - t0
         self.clock.measure_s += self.probe_s
 
-    def _score(self, trial: TrialReport, cap: CapacityResult) -> None:
-        by_c = {int(p.load["concurrency"]): p for p in trial.points}
-        if cap.abandoned:
-            trial.status, trial.error = "abandoned", cap.abandoned
-        elif cap.best is None:
+    def _score(self, trial: TrialReport, abandoned: str | None) -> None:
+        """The trial's status and score from the estimate over all its points."""
+        est = self._apply_estimate(trial)
+        if abandoned:
+            trial.status, trial.error = "abandoned", abandoned
+        elif est is None or est.censored == "below":
             trial.status = "infeasible"
-            low = min(by_c) if by_c else None
-            trial.error = f"no load met the SLOs (lowest tried: concurrency {low})"
+            low = min((self._point_load(p) for p in trial.points), default=None)
+            where = self.axis.label(low) if low is not None else "none"
+            trial.error = f"no load met the SLOs (lowest tried: {where})"
         else:
             trial.status = "ok"
-        if cap.best is not None and trial.status == "ok":
-            p = by_c[cap.best.concurrency]
-            trial.score_tokens_per_s = p.metrics.output_tokens_per_s
-            trial.load = dict(p.load)
-            trial.metrics = p.metrics
-            self.say(
-                f"trial {trial.number}: capacity c={cap.best.concurrency}, "
-                f"{trial.score_tokens_per_s:.0f} output tokens/s under the SLOs"
-            )
+        if trial.status == "ok" and est is not None:
+            self.say(f"trial {trial.number}: capacity {_describe(est, self.axis)}")
         else:
+            trial.score_tokens_per_s, trial.load = None, None
             if trial.points:  # no score; its last point's figures (acceptance included) stay
                 trial.metrics = trial.points[-1].metrics
             self.say(f"trial {trial.number}: {trial.status}: {trial.error}")
 
-    def _warmup(self, server: RunningServer, c: int) -> float:
-        """Requests sent and thrown away after start-up (compilation, cache allocation)."""
+    def _apply_estimate(self, trial: TrialReport) -> CapacityEstimate | None:
+        """Score = output tokens/s at the estimated capacity; ``load`` = that capacity;
+        ``metrics`` = the measured point closest under it (the highest that held below every
+        load that failed)."""
+        est = trial.estimate = self._estimate(trial.number)
+        if est is None or est.censored == "below" or est.load is None:
+            return est
+        trial.score_tokens_per_s = est.tokens_per_s
+        trial.load = {self.axis.key: round(est.load, 3)}
+        lowest_fail = min(
+            (self._point_load(p) for p in trial.points if not p.verdict.holds), default=math.inf
+        )
+        held = [p for p in trial.points if p.verdict.holds and self._point_load(p) < lowest_fail]
+        if held:
+            trial.metrics = max(held, key=self._point_load).metrics
+        return est
+
+    def _point_load(self, p: PointReport) -> float:
+        return float(p.load[self.axis.key])
+
+    def _warmup(self, server: RunningServer, x: float) -> float:
+        """Requests sent and thrown away after start-up (compilation, cache allocation), at
+        the load about to be measured: the same concurrency, or open-loop arrivals at the same
+        rate (never all at once)."""
         t0 = time.monotonic()
-        n = max(4, min(c, 32))
-        reqs = self._requests(server, n)
         self.client.base_url = server.base_url
-        run_load(self.client, reqs, concurrency=min(c, n), warmup=n)
+        if self.axis.kind == "concurrency":
+            n = max(4, min(int(x), 32))
+            reqs = self._requests(server, n)
+            run_load(self.client, reqs, concurrency=min(int(x), n), warmup=n)
+        else:
+            n = max(4, min(math.ceil(5.0 * x), 32))
+            reqs = self._requests(server, n)
+            run_load(self.client, reqs, rate_rps=x, warmup=n, seed=self._fresh_seed())
         dt = time.monotonic() - t0
         self.clock.warmup_s += dt
         return dt
@@ -703,19 +841,23 @@ class Runner:
         )
 
     def _measure(
-        self, server: RunningServer, c: int, n: int
+        self, server: RunningServer, x: float, n: int
     ) -> tuple[LoadMetrics, list, dict[str, float] | None]:
+        """One load point: ``n`` fresh requests at concurrency or rate ``x``."""
         reqs = self._requests(server, n)
         self.client.base_url = server.base_url
         mpath = self.engine.metrics_path
         before = self._snapshot(server) if mpath else None
         t0 = time.monotonic()
+        load: dict[str, Any] = (
+            {"concurrency": int(x)} if self.axis.kind == "concurrency" else {"rate_rps": x}
+        )
         if mpath:
             with PeakSampler(server.base_url, SERVER_GAUGES, mpath) as sampler:
-                res = run_load(self.client, reqs, concurrency=c, seed=self._fresh_seed())
+                res = run_load(self.client, reqs, **load, seed=self._fresh_seed())
             peaks = sampler.peaks
         else:
-            res = run_load(self.client, reqs, concurrency=c, seed=self._fresh_seed())
+            res = run_load(self.client, reqs, **load, seed=self._fresh_seed())
             peaks = {}
         self.clock.measure_s += time.monotonic() - t0
         metrics = summarize(res.records, self.opts.slos, res.client_cpu_pct)
@@ -738,24 +880,36 @@ class Runner:
             return None
 
     def _point(
-        self, server: RunningServer, trial: TrialReport, tdir: Path, c: int, n: int, label: str
+        self,
+        server: RunningServer,
+        trial: TrialReport,
+        tdir: Path,
+        x: float,
+        n: int,
+        label: str,
+        side_by_side: bool = False,
     ) -> PointOutcome:
-        metrics, records, server_delta = self._measure(server, c, n)
+        """Measure one load point of a trial; its records, samples and summary are kept."""
+        metrics, records, server_delta = self._measure(server, x, n)
         verdict = judge(metrics, self.opts.slos, self.opts.max_error_rate)
-        rfile = tdir / f"c{c:04d}-{len(trial.points)}.jsonl"
-        rfile.write_bytes(b"".join(orjson.dumps(r.to_json()) + b"\n" for r in records))
+        rfile = tdir / f"{_load_slug(self.axis, x)}-{len(trial.points)}.jsonl"
+        _write_records(rfile, records)
+        self.samples.setdefault(trial.number, []).append(
+            Samples.from_records(x, records, metrics.duration_s)
+        )
         trial.points.append(
             PointReport(
-                load={"concurrency": c},
+                load=self._load(x),
                 metrics=metrics,
                 verdict=verdict,
                 records_file=str(rfile),
                 server=server_delta,
+                side_by_side=side_by_side,
             )
         )
         write_atomic(tdir / "trial.json", dump_json(trial))
-        self.say(f"{label}: c={c:<4d} {_point_line(metrics, verdict)}")
-        return PointOutcome(c, verdict.holds, verdict.worst_margin, metrics.output_tokens_per_s)
+        self.say(f"{label}: {self.axis.label(x):<10} {_point_line(metrics, verdict)}")
+        return PointOutcome(x, verdict.holds, verdict.worst_margin, metrics.output_tokens_per_s)
 
     # ----------------------------------------------------------------- search
     def _trial_estimate_s(self) -> float:
@@ -778,17 +932,17 @@ class Runner:
         best = self._best()
         if best is None or best.metrics is None or not best.load:
             return startup + warmup + 60.0
-        c = int(best.load["concurrency"])
-        point = self._n_search(c) / max(best.metrics.requests_per_s, 1e-3)
+        x = self._load_of(best) or 1.0
+        point = self._n_search(x) / max(best.metrics.requests_per_s, 1e-3)
         return startup + warmup + point
 
     def _confirm_estimate_s(self) -> float:
         best = self._best()
         if best is None or best.metrics is None:
             return 0.0
-        c = int(best.load["concurrency"]) if best.load else 1
+        x = self._load_of(best) or 1.0
         rps = max(best.metrics.requests_per_s, 1e-3)
-        return (best.startup_s or 60.0) + 30.0 + self._n_confirm_fit(c, rps) / rps
+        return (best.startup_s or 60.0) + 30.0 + self._n_confirm_fit(x, rps) / rps
 
     def _time_left_reason(self, started: list[int] | None = None) -> str | None:
         now = time.monotonic()
@@ -913,7 +1067,10 @@ class Runner:
             numbers: list[int] = []
 
             def evaluate(
-                params: dict[str, Any], stage_name: str = name, numbers: list[int] = numbers
+                params: dict[str, Any],
+                stage_name: str = name,
+                numbers: list[int] = numbers,
+                carried: dict[str, Any] = carried,
             ) -> Outcome:
                 nonlocal number
                 t = self.evaluate(number, stage_name, {**carried, **params})
@@ -940,10 +1097,11 @@ class Runner:
                     f"refuses them (first: {result.refused[0][1]})"
                 )
             spare = n_trials - result.started
-            best = result.best()
-            if best is not None and (score_before is None or best[1].score > score_before):
-                carried.update(best[0])
+            # What goes on is the best configuration by its current estimate (a side-by-side
+            # repeat may have changed the order since Optuna was told its score).
             best_trial = self._best()
+            if best_trial is not None:
+                carried = dict(best_trial.params)
             gain = (
                 best_trial.score_tokens_per_s / score_before
                 if best_trial and best_trial.score_tokens_per_s and score_before
@@ -1015,8 +1173,19 @@ class Runner:
             m = t.quality.margin if t.quality and not t.quality.holds else 1.0
             return Outcome("infeasible", 0.0, max(m, 1e-6), t)
         if t.status == "ok":
-            at_best = [p.verdict.worst_margin for p in t.points if p.load == t.load]
-            return Outcome("ok", t.score_tokens_per_s or 0.0, min(at_best, default=0.0), t)
+            held = [p.verdict.worst_margin for p in t.points if p.verdict.holds]
+            attrs = {}
+            if (e := t.estimate) is not None:
+                attrs = {
+                    "capacity_load": e.load,
+                    "tokens_per_s_low": e.low,
+                    "tokens_per_s_high": e.high,
+                    "censored": e.censored,
+                    "points": e.n_points,
+                }
+            return Outcome(
+                "ok", t.score_tokens_per_s or 0.0, min(held, default=0.0), t, attrs=attrs
+            )
         if t.status == "infeasible":
             m = min((p.verdict.worst_margin for p in t.points), default=1.0)
             return Outcome("infeasible", 0.0, max(m, 1e-6), t)
@@ -1025,17 +1194,120 @@ class Runner:
         return Outcome("failed", 0.0, 1.0, t)
 
     # ----------------------------------------------------------------- confirmation
-    def _confirm_load(self, best: TrialReport) -> int:
-        """The load to confirm at: the highest search point that held with the headroom.
+    def _confirm_on(
+        self, server: RunningServer, trial: TrialReport, cdir: Path, label: str
+    ) -> Recommendation | None:
+        """Confirm a configuration on a running server (tuner/confirm.py): its load with
+        headroom, the full sample, refined within the budget. None when the budget has no
+        room for even one full-size try (the caller says so)."""
+        rps = trial.metrics.requests_per_s if trial.metrics else 1.0
+        est0 = self._estimate(trial.number, level=-self.opts.headroom)
+        first = self.axis.floor(est0.load) if est0 is not None and est0.load else None
+        n0 = self._n_confirm(first or 1.0)
+        if self.opts.time_budget_s is not None and trial.stage == "baseline":
+            need = n0 / max(rps, 1e-3) + self._trial_min_s() + self._confirm_estimate_s()
+            if self.deadline - time.monotonic() < need:
+                self.notes.append(
+                    f"the time budget left no room to confirm the baseline ({n0} requests, about "
+                    f"{n0 / max(rps, 1e-3):.0f} s): its figure is the search estimate, and no "
+                    "gain is divided across a confirmed and an unconfirmed figure"
+                )
+                self.say(f"{label}: skipped (time budget)")
+                return None
+        cdir.mkdir(parents=True, exist_ok=True)
 
-        Search points carry few requests, so a p99 right at the limit there is likely to break
-        with more requests (or another client); prefer the highest point that held with a
-        worst margin of at most -headroom, else the highest that held.
-        """
-        held = [p for p in best.points if p.verdict.holds]
-        roomy = [p for p in held if p.verdict.worst_margin <= -self.opts.headroom]
-        pick = max(roomy or held, key=lambda p: p.load["concurrency"])
-        return int(pick.load["concurrency"])
+        def n_for(x: float) -> int:
+            left = self.deadline - time.monotonic() - 10.0
+            return self._n_confirm_fit(x, rps, left if math.isfinite(left) else None)
+
+        def measure(x: float) -> Try:
+            n = n_for(x)
+            if n < self._n_confirm(x):
+                self.notes.append(
+                    f"{label}: the time budget allowed {n} requests at {self.axis.label(x)}, "
+                    f"fewer than the {self._n_confirm(x)} the SLO percentile needs: provisional"
+                )
+            metrics, records, _ = self._measure(server, x, n)
+            v = judge(metrics, self.opts.slos, self.opts.max_error_rate)
+            _write_records(cdir / f"{_load_slug(self.axis, x)}.jsonl", records)
+            self.say(f"{label}: {self.axis.label(x):<10} {_point_line(metrics, v)}")
+            return Try(x, Samples.from_records(x, records, metrics.duration_s), v, metrics)
+
+        def may_try(x: float) -> str | None:
+            need = n_for(x) / max(rps, 1e-3)
+            if time.monotonic() + need > self.deadline:
+                return f"time budget: another try at {self.axis.label(x)} needs about {need:.0f} s"
+            return None
+
+        self.say(
+            f"{label}: trial {trial.number} at {self.axis.label(first or 0)} (latency at "
+            f"{1 - self.opts.headroom:.0%} of its limit by the fit) with {n0} requests"
+        )
+        res = confirm(
+            measure,
+            search_points=self.samples.get(trial.number, []),
+            cons=self.cons,
+            axis=self.axis,
+            headroom=self.opts.headroom,
+            may_try=may_try,
+        )
+        return self._recommendation(trial, res, label)
+
+    def _recommendation(
+        self, trial: TrialReport, res: ConfirmResult, label: str
+    ) -> Recommendation | None:
+        pick = res.best_effort
+        if pick is None:
+            return None
+        m = pick.metrics
+        assert isinstance(m, LoadMetrics)
+        m.quality = trial.quality
+        met = res.chosen is not None
+        if not met:
+            held = pick.verdict.holds
+            self.notes.append(
+                f"{label}: "
+                + (
+                    f"the SLOs held at {self.axis.label(pick.load)}, but not with the "
+                    f"{self.opts.headroom:.0%} headroom and the full sample asked for"
+                    if held
+                    else f"no confirmation try met the SLOs ({len(res.tries)} tried; {res.stopped})"
+                )
+            )
+        all_points = [*self.samples.get(trial.number, []), *(t.samples for t in res.tries)]
+        capacity = estimate(all_points, self.cons, seed=self.opts.seed + trial.number)
+        return Recommendation(
+            params=trial.params,
+            env=trial.env,
+            launch_command=trial.launch_command if self.launches else None,
+            load=self._load(pick.load),
+            achieved_load={
+                "concurrency": round(m.mean_in_flight, 2),
+                "requests_per_s": round(m.requests_per_s, 3),
+            },
+            metrics=m,
+            verdict=pick.verdict,
+            meets_slo=met,
+            provisional=pick.verdict.provisional,
+            n_requests=m.n_requests,
+            from_trial=trial.number,
+            search_score_tokens_per_s=trial.score_tokens_per_s or 0.0,
+            search_estimate=trial.estimate,
+            capacity=capacity,
+            tries=[
+                ConfirmTry(
+                    load=self._load(t.load),
+                    output_tokens_per_s=t.metrics.output_tokens_per_s,
+                    worst_margin=t.verdict.worst_margin,
+                    provisional=t.verdict.provisional,
+                    meets=t.meets(self.opts.headroom),
+                    n_requests=t.metrics.n_requests,
+                )
+                for t in res.tries
+            ],
+            gain_vs_baseline=None,
+            confirmation="",
+        )
 
     def _confirm(self) -> None:
         best = self._best()
@@ -1043,19 +1315,6 @@ class Runner:
             self.say("no configuration met the SLOs at any load: nothing to recommend")
             self.notes.append("no configuration met the SLOs; loosen the SLOs or the workload")
             return
-        c = self._confirm_load(best)
-        label = "confirmation"
-        rps = best.metrics.requests_per_s if best.metrics else 1.0
-        left = self.deadline - time.monotonic() - (best.startup_s or 0.0) - 30.0
-        n_confirm = self._n_confirm_fit(c, rps, left if math.isfinite(left) else None)
-        if n_confirm < self._n_confirm(c):
-            self.notes.append(
-                f"the time budget allowed {n_confirm} confirmation requests, fewer than the "
-                f"{self._n_confirm(c)} the SLO percentile needs: the verdict is provisional"
-            )
-        self.say(
-            f"confirming trial {best.number} from a fresh start at c={c} with {n_confirm} requests"
-        )
         spec = (
             LaunchSpec(best.launch_command, best.env).with_port(free_port())
             if self.launches
@@ -1065,70 +1324,38 @@ class Runner:
         cdir.mkdir(parents=True, exist_ok=True)
         try:
             with self._server(spec, cdir / "server.log") as server:
-                self._warmup(server, c)
-                tries: list[tuple[int, LoadMetrics, Verdict]] = []
-                while True:
-                    t_try = time.monotonic()
-                    metrics, records, _ = self._measure(server, c, n_confirm)
-                    verdict = judge(metrics, self.opts.slos, self.opts.max_error_rate)
-                    (cdir / f"c{c:04d}.jsonl").write_bytes(
-                        b"".join(orjson.dumps(r.to_json()) + b"\n" for r in records)
-                    )
-                    self.say(f"{label}: c={c:<4d} {_point_line(metrics, verdict)}")
-                    tries.append((c, metrics, verdict))
-                    roomy = verdict.holds and verdict.worst_margin <= -self.opts.headroom
-                    if roomy or c == 1 or len(tries) >= 3:
-                        break
-                    if time.monotonic() + (time.monotonic() - t_try) > self.deadline:
-                        if not verdict.holds:
-                            self.notes.append(
-                                f"confirmation broke the SLOs at c={c} and the time budget left "
-                                "no room to step down: the recommendation does not meet the SLOs"
-                            )
-                        break
-                    # The search's shorter points were optimistic: step down and measure again,
-                    # by about as much as latency must fall to clear the limit with headroom.
-                    over = max(verdict.worst_margin + self.opts.headroom, 0.1)
-                    c = max(1, min(c - 1, math.floor(c / (1.0 + over))))
-                held = [t for t in tries if t[2].holds]
-                roomy_tries = [t for t in held if t[2].worst_margin <= -self.opts.headroom]
-                c, metrics, verdict = (roomy_tries or held or tries)[-1]
-                if held and not roomy_tries:
-                    self.notes.append(
-                        f"the recommendation holds the SLOs at c={c}, but with less than the "
-                        f"{self.opts.headroom:.0%} headroom asked for"
-                    )
+                self._warmup(server, self.axis.floor(self._load_of(best) or 1.0))
+                rec = self._confirm_on(server, best, cdir, "confirmation")
         except EngineStartError as exc:
             self.notes.append(f"confirmation failed to start: {exc}")
-            self.say(f"{label}: failed to start: {exc}")
+            self.say(f"confirmation: failed to start: {exc}")
             return
-        base = self.baseline.score_tokens_per_s if self.baseline else None
-        metrics.quality = best.quality
-        self.recommended = Recommendation(
-            params=best.params,
-            env=spec.env if spec else {},
-            launch_command=best.launch_command if spec else None,
-            load={"concurrency": c},
-            achieved_load={
-                "concurrency": round(metrics.mean_in_flight, 2),
-                "requests_per_s": round(metrics.requests_per_s, 3),
-            },
-            metrics=metrics,
-            verdict=verdict,
-            meets_slo=verdict.holds and not verdict.provisional,
-            provisional=verdict.provisional,
-            n_requests=metrics.n_requests,
-            from_trial=best.number,
-            search_score_tokens_per_s=best.score_tokens_per_s or 0.0,
-            gain_vs_baseline=(metrics.output_tokens_per_s / base) if base else None,
-            confirmation=(
-                f"engine restarted from launch_command, warmed up, then {metrics.n_requests} "
-                f"requests at concurrency {c}"
-                if spec
-                else f"the running endpoint (not restarted: autotune does not manage it), "
-                f"warmed up, then {metrics.n_requests} requests at concurrency {c}"
-            ),
+        if rec is None:
+            return
+        base = self.baseline_confirmed
+        loads = ", ".join(self.axis.label(float(t.load[self.axis.key])) for t in rec.tries)
+        how = (
+            f"engine restarted from launch_command, warmed up, then {len(rec.tries)} "
+            f"full-size tries ({loads}); the claim is the highest that met every SLO"
+            if spec
+            else "the running endpoint (not restarted: autotune does not manage it), warmed up, "
+            f"then {rec.n_requests} requests"
         )
+        rec.confirmation = how
+        if base is not None and base.metrics.output_tokens_per_s > 0:
+            rec.gain_vs_baseline = (
+                rec.metrics.output_tokens_per_s / base.metrics.output_tokens_per_s
+            )
+            rec.gain_basis = "confirmed over confirmed (both full-sample, with the headroom)"
+        elif best.number == 0:
+            rec.gain_vs_baseline = 1.0
+            rec.gain_basis = "the baseline is the recommendation"
+        else:
+            rec.gain_basis = (
+                "not computed: the baseline was not confirmed; compare the search estimates "
+                "(trials[].estimate) with each other instead"
+            )
+        self.recommended = rec
 
     # ----------------------------------------------------------------- report
     def _report_exactness(self) -> Exactness | None:
@@ -1159,6 +1386,7 @@ class Runner:
                 "kind": "synthetic",
                 "input_len": wl.input_len,
                 "output_len": wl.output_len,
+                "spread": wl.spread,
                 "spec": wl.label,
             }
             if isinstance(wl, SyntheticWorkload)
@@ -1178,6 +1406,8 @@ class Runner:
             endpoint=self.attached.base_url if self.attached else None,
             hardware=self.hw,
             workload=workload,
+            load={"model": self.axis.kind, "unit": self.axis.unit},
+            salt=self.salt,
             slo=[
                 SLOReport(metric=s.metric, percentile=s.percentile, limit_ms=s.limit_ms)
                 for s in self.opts.slos.latency
@@ -1200,6 +1430,8 @@ class Runner:
             trials=self.trials,
             stages=self.stage_reports,
             recommended=self.recommended,
+            baseline_confirmation=self.baseline_confirmed,
+            comparisons=self.comparisons,
             exactness=self._report_exactness(),
             timing=Timing(
                 wall_s=wall,
@@ -1216,6 +1448,24 @@ class Runner:
         write_atomic(self.out / "report.json", dump_json(report))
         write_atomic(self.out / "report.md", render_markdown(report).encode())
         return report
+
+
+def _load_slug(axis: LoadAxis, x: float) -> str:
+    """A load in a records file name: ``c0032`` or ``r2.45``."""
+    return f"c{int(x):04d}" if axis.kind == "concurrency" else f"r{x:g}"
+
+
+def _write_records(path: Path, records: list) -> None:
+    path.write_bytes(b"".join(orjson.dumps(r.to_json()) + b"\n" for r in records))
+
+
+def _describe(est: CapacityEstimate, axis: LoadAxis) -> str:
+    """``24.3 concurrent requests: 301 output tokens/s (90 % 287-315)``, censoring said."""
+    hi = "open" if est.high is None else f"{est.high:.0f}"
+    where = f"{est.load:.3g} {axis.unit}" if est.load is not None else "below every load tried"
+    if est.censored == "above":
+        where = f"at least {where} (every load tried held)"
+    return f"{where}: {est.tokens_per_s:.0f} output tokens/s (90 % {est.low:.0f}-{hi})"
 
 
 def _max_positions(model_path: str) -> int | None:

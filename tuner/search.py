@@ -46,6 +46,7 @@ class Outcome:
     score: float = 0.0  # output tokens/s under the SLOs (0 when nothing held)
     constraint: float = 1.0  # worst margin at the best load found; <= 0 feasible
     ref: Any = None  # the caller's own record of the trial
+    attrs: dict[str, Any] = field(default_factory=dict)  # kept on the Optuna trial (estimate)
 
 
 @dataclass
@@ -97,6 +98,8 @@ def open_study(storage_path: Path, name: str, seed: int) -> optuna.Study:
 def _tell(study: optuna.Study, trial: optuna.Trial, outcome: Outcome) -> None:
     trial.set_constraint(CONSTRAINT, _finite(outcome.constraint))
     trial.set_user_attr("status", outcome.status)
+    for key, value in outcome.attrs.items():
+        trial.set_user_attr(key, value)
     if outcome.status == "failed":
         study.tell(trial, state=TrialState.FAIL)
     elif outcome.status == "pruned":

@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import re
 import subprocess
 import sys
 import threading
@@ -149,7 +150,8 @@ def build_app(
                 return web.json_response(
                     {"error": {"message": f"Unexpected fields in the request: {bad}"}}, status=422
                 )
-            if _first_text(body, chat).startswith("FAIL"):
+            # "FAIL ..." after autotune's salted prefix ("[1a2b3c4d-7] ") answers HTTP 500.
+            if re.match(r"^(\[[^\]]*\] )?FAIL", _first_text(body, chat)):
                 return web.json_response(
                     {"error": {"message": "injected failure", "type": "InternalServerError"}},
                     status=500,

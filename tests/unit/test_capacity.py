@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import pytest
 
-from tuner.capacity import PointOutcome, find_capacity
+from tuner.capacity import CONCURRENCY, LoadAxis, PointOutcome, consistent_best, find_capacity
 
 
 class System:
@@ -27,9 +27,9 @@ class System:
         self.capacity = capacity
         self.tokens_per_s = tokens_per_s
         self.exponent = exponent
-        self.measured: list[int] = []
+        self.measured: list[float] = []
 
-    def __call__(self, c: int) -> PointOutcome:
+    def __call__(self, c: float) -> PointOutcome:
         self.measured.append(c)
         m = (c / self.capacity) ** self.exponent - 1.0
         return PointOutcome(
@@ -43,13 +43,13 @@ def assert_found(
     """best is the highest held point, and the lowest failed point above it is within resolution."""
     assert best is not None
     assert best.holds
-    assert best.concurrency <= system.capacity
-    assert best.concurrency == max(p.concurrency for p in points if p.holds)
-    above = [p.concurrency for p in points if not p.holds and p.concurrency > best.concurrency]
+    assert best.load <= system.capacity
+    assert best.load == max(p.load for p in points if p.holds)
+    above = [p.load for p in points if not p.holds and p.load > best.load]
     assert above, "the capacity was never bracketed from above"
     hi = min(above)
     assert hi > system.capacity
-    assert hi <= best.concurrency * resolution or hi - best.concurrency <= 1
+    assert hi <= best.load * resolution or hi - best.load <= 1
 
 
 def test_finds_a_known_capacity_within_the_resolution() -> None:
@@ -57,7 +57,7 @@ def test_finds_a_known_capacity_within_the_resolution() -> None:
     res = find_capacity(system, start=8)
     assert res.best is not None
     assert_found(system, res.best, res.points, resolution=1.15)
-    assert res.best.concurrency == 37  # a linear margin is interpolated exactly
+    assert res.best.load == 37  # a linear margin is interpolated exactly
     assert res.score == pytest.approx(370.0)
     assert res.abandoned is None
     assert len(res.points) <= 7
@@ -72,7 +72,7 @@ def test_finds_the_capacity_from_any_start(capacity: int, start: int) -> None:
     res = find_capacity(system, start=start, max_points=14)
     if capacity == 1 and start == 1:
         # held at 1 then failed at 2: bracketed with nothing in between
-        assert [p.concurrency for p in res.points] == [1, 2]
+        assert [p.load for p in res.points] == [1, 2]
     assert_found(system, res.best, res.points, resolution=1.15)
 
 
@@ -88,7 +88,7 @@ def test_everything_fails_ends_at_concurrency_one_with_no_best() -> None:
         return PointOutcome(c, holds=False, worst_margin=2.0, output_tokens_per_s=5.0 * c)
 
     res = find_capacity(never, start=16)
-    assert [p.concurrency for p in res.points] == [16, 8, 4, 2, 1]
+    assert [p.load for p in res.points] == [16, 8, 4, 2, 1]
     assert res.best is None
     assert res.score == 0.0
 
@@ -118,17 +118,17 @@ def test_saturation_stops_climbing() -> None:
 
 def test_growth_above_the_saturation_gain_keeps_climbing() -> None:
     # +5 % per step is growth (gain 1.03): the climb goes on up to max_concurrency.
-    system = System(capacity=10_000, tokens_per_s=lambda c: 100.0 * 1.05 ** c.bit_length())
-    res = find_capacity(system, start=1, max_concurrency=64, max_points=20)
+    system = System(capacity=10_000, tokens_per_s=lambda c: 100.0 * 1.05 ** int(c).bit_length())
+    res = find_capacity(system, start=1, axis=LoadAxis("concurrency", maximum=64), max_points=20)
     assert system.measured == [1, 2, 4, 8, 16, 32, 64]
-    assert res.best is not None and res.best.concurrency == 64
+    assert res.best is not None and res.best.load == 64
 
 
 def test_max_concurrency_caps_the_climb_and_the_start() -> None:
     system = System(capacity=10_000)
-    res = find_capacity(system, start=1000, max_concurrency=48)
+    res = find_capacity(system, start=1000, axis=LoadAxis("concurrency", maximum=48))
     assert system.measured == [48]
-    assert res.best is not None and res.best.concurrency == 48
+    assert res.best is not None and res.best.load == 48
 
 
 def test_start_below_one_is_one() -> None:
@@ -144,7 +144,7 @@ def test_climbs_less_than_double_when_the_limit_is_near() -> None:
         return PointOutcome(c, holds=m <= 0, worst_margin=m, output_tokens_per_s=float(c))
 
     res = find_capacity(near, start=32)
-    assert res.points[1].concurrency == 40
+    assert res.points[1].load == 40
 
 
 def test_refines_where_the_margin_crosses_zero() -> None:
@@ -155,27 +155,27 @@ def test_refines_where_the_margin_crosses_zero() -> None:
         return PointOutcome(c, holds=m <= 0, worst_margin=m, output_tokens_per_s=float(c))
 
     res = find_capacity(measure, start=10, growth=2.0)
-    assert [p.concurrency for p in res.points][:3] == [10, 20, 15]
+    assert [p.load for p in res.points][:3] == [10, 20, 15]
 
 
 def test_abandon_stops_after_the_first_point() -> None:
     system = System(capacity=100.5)
     seen: list[PointOutcome] = []
 
-    def abandon(p: PointOutcome) -> str | None:
-        seen.append(p)
+    def abandon(points: list[PointOutcome]) -> str | None:
+        seen.append(points[-1])
         return "clearly beaten: 40 tokens/s against 900"
 
     res = find_capacity(system, start=4, abandon=abandon)
     assert system.measured == [4]
-    assert [p.concurrency for p in seen] == [4]
+    assert [p.load for p in seen] == [4]
     assert res.abandoned == "clearly beaten: 40 tokens/s against 900"
-    assert res.best is not None and res.best.concurrency == 4  # it held
+    assert res.best is not None and res.best.load == 4  # it held
 
 
 def test_abandoned_failing_point_is_no_best() -> None:
     system = System(capacity=2.5)
-    res = find_capacity(system, start=8, abandon=lambda p: "beaten")
+    res = find_capacity(system, start=8, abandon=lambda points: "beaten")
     assert res.best is None
     assert res.abandoned == "beaten"
 
@@ -184,12 +184,12 @@ def test_abandon_returning_none_lets_the_search_go_on() -> None:
     system = System(capacity=37.5)
     calls: list[int] = []
 
-    def abandon(p: PointOutcome) -> str | None:
-        calls.append(p.concurrency)
+    def abandon(points: list[PointOutcome]) -> str | None:
+        calls.append(points[-1].load)
         return None
 
     res = find_capacity(system, start=8, abandon=abandon, max_points=12)
-    assert calls == [8]  # consulted after the first point only
+    assert calls == [p.load for p in res.points]  # consulted after every point
     assert res.abandoned is None
     assert_found(system, res.best, res.points, resolution=1.15)
 
@@ -233,13 +233,61 @@ def test_never_measures_the_same_concurrency_twice(seed: int) -> None:
     res = find_capacity(
         measure,
         start=rng.randint(0, 700),
-        max_concurrency=max_c,
+        axis=LoadAxis("concurrency", maximum=max_c),
         resolution=rng.choice([1.05, 1.15, 1.5]),
         max_points=rng.randint(1, 15),
     )
-    held = [p for p in res.points if p.holds]
+    lowest_fail = min((p.load for p in res.points if not p.holds), default=float("inf"))
+    held = [p for p in res.points if p.holds and p.load < lowest_fail]
     if held:
         assert res.best is not None
-        assert res.best.concurrency == max(p.concurrency for p in held)
+        assert res.best.load == max(p.load for p in held)
     else:
         assert res.best is None
+
+
+def test_abandon_after_a_later_point_stops_there() -> None:
+    system = System(capacity=37.5)
+
+    def abandon(points: list[PointOutcome]) -> str | None:
+        return "beaten" if len(points) == 3 else None
+
+    res = find_capacity(system, start=8, abandon=abandon, max_points=12)
+    assert len(res.points) == 3
+    assert res.abandoned == "beaten"
+
+
+def test_a_held_point_above_a_failed_one_is_not_the_best() -> None:
+    outcomes = {8: True, 16: False, 24: True}
+    points = [PointOutcome(c, h, -0.1 if h else 0.1, 10.0 * c) for c, h in outcomes.items()]
+    best = consistent_best(points)
+    assert best is not None and best.load == 8
+
+
+def rate_system(capacity_rps: float) -> Callable[[float], PointOutcome]:
+    def measure(r: float) -> PointOutcome:
+        m = r / capacity_rps - 1.0
+        return PointOutcome(r, holds=m <= 0, worst_margin=m, output_tokens_per_s=64.0 * r)
+
+    return measure
+
+
+@pytest.mark.parametrize("capacity", [0.37, 2.9, 4.45, 40.0])
+@pytest.mark.parametrize("start", [0.5, 3.0, 20.0])
+def test_finds_a_request_rate_capacity(capacity: float, start: float) -> None:
+    axis = LoadAxis("rate", minimum=0.05, maximum=200.0)
+    res = find_capacity(rate_system(capacity), start=start, axis=axis, max_points=14)
+    assert res.best is not None
+    assert res.best.load <= capacity
+    above = [p.load for p in res.points if not p.holds and p.load > res.best.load]
+    assert above and min(above) <= res.best.load * 1.15
+    assert all(axis.quantize(p.load) == p.load for p in res.points)  # 3 significant figures
+
+
+def test_the_rate_axis_rounds_and_floors() -> None:
+    axis = LoadAxis("rate", minimum=0.05, maximum=100.0)
+    assert axis.quantize(3.14159) == 3.14
+    assert axis.floor(3.149) == 3.14
+    assert axis.floor(0.01) == 0.05  # never under the minimum
+    assert axis.key == "rate_rps" and CONCURRENCY.key == "concurrency"
+    assert CONCURRENCY.floor(22.99) == 22.0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
+import itertools
 import json
 import random
 from collections.abc import AsyncIterator, Iterator, Sequence
@@ -264,7 +265,7 @@ def test_closed_loop_figures_come_from_usage(server: FakeOpenAIServer) -> None:
         assert r.ok
         assert (r.n_out, r.n_out_from_usage) == (6, True)
         assert len(r.chunk_times) == 6
-        assert r.n_prompt == 5  # the fake counts words
+        assert r.n_prompt == 6  # the fake counts words: the salted prefix, then five
         assert r.t_sched <= r.t_send < r.t_first <= r.t_last <= r.t_end
         assert r.e2e_s - r.ttft_s == pytest.approx(sum(r.itl_s()))
 
@@ -343,6 +344,14 @@ def test_warmup_requests_are_sent_and_left_out(
 
 
 @pytest.mark.timeout(60)
+def test_open_loop_warmup_arrives_at_the_rate_not_all_at_once(server: FakeOpenAIServer) -> None:
+    result = run_load(LoadClient(server.base_url), file_requests(9), warmup=6, rate_rps=50.0)
+    sched = [r.t_sched for r in result.warmup]
+    assert all(b > a for a, b in itertools.pairwise(sched))  # a Poisson schedule, spread out
+    assert all(r.t_send >= r.t_sched for r in result.warmup)
+
+
+@pytest.mark.timeout(60)
 def test_http_500_becomes_a_failed_record(server: FakeOpenAIServer) -> None:
     items = (
         FileItem(prompt="fine words", max_tokens=2),
@@ -368,7 +377,7 @@ def test_chat_requests_go_to_chat_completions(server: FakeOpenAIServer) -> None:
     result = run_load(LoadClient(server.base_url + "/v1"), file_requests(2, item), concurrency=1)
     for r in result.records:
         assert r.ok, r.error
-        assert (r.n_out, r.n_prompt) == (3, 3)
+        assert (r.n_out, r.n_prompt) == (3, 4)  # the salted prefix is one more word
         assert len(r.chunk_times) == 3  # the role-only chunk is not one
     assert all("messages" in b for b in server.stats.bodies)
 

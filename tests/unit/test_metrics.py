@@ -172,6 +172,49 @@ def test_failed_requests_are_counted_and_left_out_of_latency() -> None:
     assert m.errors == {"HTTP 500: boom": 1, "ClientPayloadError: x": 1}
 
 
+def test_a_late_timeout_does_not_stretch_the_window() -> None:
+    # The completed requests end by 4.0; a request sent at 0.2 times out at 180.2.
+    rs = [
+        *three_requests(),
+        rec(3, t_sched=0.2, chunks=[], error="timeout after 180 s", t_end=180.2),
+    ]
+    m = summarize(rs)
+    assert m.duration_s == pytest.approx(4.0)
+    assert m.output_tokens_per_s == pytest.approx((3 + 2 + 5) / 4.0)
+    assert m.requests_per_s == pytest.approx(3 / 4.0)
+    assert (m.n_requests, m.n_completed, m.n_failed) == (4, 3, 1)
+    assert m.error_rate == pytest.approx(1 / 4)
+    assert m.errors == {"timeout after 180 s": 1}
+    # Busy time inside the window only: 1.6 + 1.5 + 3.0 from the completed, 3.8 from the timeout
+    assert m.mean_in_flight == pytest.approx((1.6 + 1.5 + 3.0 + 3.8) / 4.0)
+
+
+def test_window_uses_every_end_when_nothing_completed() -> None:
+    rs = [
+        rec(0, t_sched=0.0, chunks=[], error="HTTP 500: x", t_end=1.0),
+        rec(1, t_sched=0.5, chunks=[], error="timeout after 3 s", t_end=3.5),
+    ]
+    m = summarize(rs)
+    assert m.duration_s == pytest.approx(3.5)
+    assert m.error_rate == 1.0
+
+
+def test_over_limit_counts_samples_over_each_slo() -> None:
+    # TTFTs .5, 1.5, .5 s; E2Es 1.5, 2.0, 3.0 s; TPOTs .5, .5, .625 s;
+    # pooled ITL gaps .5, .5, .5, .5, 1.0, 1.0 s.
+    slos = parse_slos(["ttft=1s,e2e@p95=1.5s,tpot@p50=0.5s,itl@p90=0.6s,ttft@p50=0.4s"])
+    rs = [*three_requests(), rec(3, t_sched=0.2, chunks=[], error="timeout", t_end=9.0)]
+    m = summarize(rs, slos)
+    assert m.over_limit == {
+        "ttft@p99": 1,
+        "e2e@p95": 2,  # 1.5 is at the limit, not over it
+        "tpot@p50": 1,
+        "itl@p90": 2,
+        "ttft@p50": 3,
+    }
+    assert summarize(three_requests()).over_limit == {}
+
+
 def test_no_records_at_all() -> None:
     m = summarize([])
     assert (m.n_requests, m.duration_s, m.error_rate, m.output_tokens_per_s) == (0, 0.0, 0.0, 0.0)
@@ -278,6 +321,42 @@ def test_p99_verdict_is_provisional_below_459_requests() -> None:
     assert v.holds and not v.provisional
 
 
+def with_ttfts(n: int, n_over: int) -> LoadMetrics:
+    """n completed requests judged on p99 TTFT <= 1 s: n_over of them at 2 s, the rest 0.1 s."""
+    rs = []
+    for i in range(n):
+        ttft = 2.0 if i < n_over else 0.1
+        rs.append(rec(i, t_sched=i * 0.01, chunks=[i * 0.01 + ttft]))
+    return summarize(rs, parse_slos(["ttft=1s"]))
+
+
+@pytest.mark.parametrize(
+    ("n", "n_over", "provisional", "n_needed"),
+    [(459, 1, True, 662), (662, 1, False, 662), (459, 0, False, 459)],
+)
+def test_provisional_counts_the_samples_over_the_limit(
+    n: int, n_over: int, provisional: bool, n_needed: int
+) -> None:
+    v = judge(with_ttfts(n, n_over), parse_slos(["ttft=1s"]), max_error_rate=0.01)
+    check = v.checks[0]
+    assert (check.n, check.n_over, check.n_needed) == (n, n_over, n_needed)
+    assert check.provisional is provisional
+    assert v.provisional is provisional
+    assert check.holds  # p99 is still 100 ms
+
+
+def test_check_n_is_the_metrics_sample_count() -> None:
+    # 10 requests, 3 of them with one token: TPOT has 7 samples, ITL 7 gaps, TTFT 10.
+    rs = [
+        rec(i, t_sched=float(i), chunks=[i + 0.1, i + 0.2][: 1 if i < 3 else 2]) for i in range(10)
+    ]
+    slos = parse_slos(["ttft@p50=1s,tpot@p50=1s,itl@p50=1s"])
+    v = judge(summarize(rs, slos), slos, max_error_rate=0.01)
+    n = {c.metric: c.n for c in v.checks}
+    assert (n["ttft"], n["tpot"], n["itl"]) == (10, 7, 7)
+    assert n["error_rate"] == 10
+
+
 def test_p50_verdict_needs_only_7_requests() -> None:
     slos = parse_slos(["ttft@p50=1s"])
     assert judge(uniform(6), slos, 0.01).provisional
@@ -340,9 +419,14 @@ def test_no_completed_request_fails_every_latency_slo() -> None:
     assert not v.holds
 
 
-def test_a_tpot_slo_with_single_token_outputs_holds_as_goodput_says() -> None:
+def test_a_metric_with_no_samples_does_not_hold() -> None:
+    # One-token outputs have no TPOT: nothing shows the TPOT SLO holds, so the verdict fails.
     rs = [rec(i, t_sched=float(i), chunks=[i + 0.1], n_out=1) for i in range(10)]
     slos = parse_slos(["tpot@p50=50ms"])
     m = summarize(rs, slos)
-    assert m.slo_attainment == 1.0  # every request meets the SLO
-    assert judge(m, slos, max_error_rate=0.01).holds
+    assert m.slo_attainment == 1.0  # per request, nothing broke the SLO
+    v = judge(m, slos, max_error_rate=0.01)
+    check = v.checks[0]
+    assert (check.n, check.measured_ms, check.holds, check.provisional) == (0, None, False, True)
+    assert math.isinf(check.margin) and check.margin > 0
+    assert not v.holds and v.provisional

@@ -84,6 +84,7 @@ def _options(tmp_path: Path, **kw: object) -> TuneOptions:
         slos=parse_slos(["ttft=300ms"]),
         workload=parse_workload(str(wl)),
         trials=2,
+        load_model="concurrency",
         output_dir=tmp_path / "results",
         space_file=space,
         start_concurrency=2,
@@ -132,6 +133,20 @@ def test_tuning_loop_end_to_end_on_a_fake_engine(tmp_path: Path) -> None:
     assert rec["launch_command"][:2] == [sys.executable, str(FAKE)]
     assert "--port" in rec["launch_command"]
     assert rec["gain_vs_baseline"] > 1
+    # Both figures of the gain were confirmed the same way (the baseline on its own server).
+    base_c = data["baseline_confirmation"]
+    assert base_c is not None and base_c["n_requests"] >= 60
+    assert rec["gain_vs_baseline"] == pytest.approx(
+        rec["metrics"]["output_tokens_per_s"] / base_c["metrics"]["output_tokens_per_s"]
+    )
+    assert "confirmed over confirmed" in rec["gain_basis"]
+    # The score is the estimate from every point, with its interval, kept for Optuna too.
+    est = t1["estimate"]
+    assert est["n_points"] == len({p["load"]["concurrency"] for p in t1["points"]})
+    assert est["low"] <= t1["score_tokens_per_s"]
+    assert est["high"] is None or t1["score_tokens_per_s"] <= est["high"]
+    assert data["load"] == {"model": "concurrency", "unit": "concurrent requests"}
+    assert len(data["salt"]) == 8
     assert rec["n_requests"] == rec["metrics"]["n_requests"] >= 60
     assert rec["verdict"]["holds"] is True
     assert rec["provisional"] is True and rec["meets_slo"] is False  # 60 < 459 for p99
@@ -378,3 +393,91 @@ def test_endpoint_mode_refuses_a_dead_endpoint(tmp_path: Path) -> None:
     runner = Runner(opts, lambda m: None, engine=EndpointEngine(), hardware=HW)
     with pytest.raises(EndpointError, match="is not answering"):
         runner.run()
+
+
+@pytest.mark.timeout(120)
+def test_rate_load_model_searches_requests_per_second(tmp_path: Path) -> None:
+    # The fake's batch limit 2 and 8 tokens at 10 ms: about 20 requests/s before TTFT queues.
+    opts = _options(
+        tmp_path,
+        load_model="rate",
+        trials=0,
+        start_rate_rps=8.0,
+        search_point_s=1.0,
+        search_min_requests=20,
+        confirm_requests=40,
+    )
+    report = Runner(opts, lambda m: None, engine=FakeEngine(), hardware=HW).run()
+    base = report.baseline
+    assert base is not None and base.status == "ok"
+    assert all(set(p.load) == {"rate_rps"} for p in base.points)
+    assert base.points[0].load["rate_rps"] == 8.0
+    assert base.load is not None and base.load["rate_rps"] > 8.0
+    assert report.load == {"model": "rate", "unit": "requests/s"}
+    rec = report.recommended
+    assert rec is not None and set(rec.load) == {"rate_rps"}
+    assert rec.load["rate_rps"] <= base.load["rate_rps"]  # confirmed under the capacity
+    data = json.loads((Path(report.baseline.points[0].records_file)).read_text().splitlines()[0])
+    assert data["t_sched"] is not None
+
+
+@pytest.mark.timeout(120)
+def test_meets_slo_needs_the_full_sample_and_the_headroom(tmp_path: Path) -> None:
+    # p50 needs 7 requests: 60 are enough, so the headroom decides.
+    roomy = _options(tmp_path, slos=parse_slos(["ttft@p50=300ms"]), trials=0, headroom=0.10)
+    rec = Runner(roomy, lambda m: None, engine=FakeEngine(), hardware=HW).run().recommended
+    assert rec is not None and rec.meets_slo is True and rec.provisional is False
+    assert rec.verdict.worst_margin <= -0.10
+    assert rec.tries and rec.tries[-1].n_requests >= 60
+    assert any(t.meets for t in rec.tries)
+    (tmp_path / "b").mkdir()
+    tight = _options(tmp_path / "b", slos=parse_slos(["ttft@p50=300ms"]), trials=0, headroom=0.999)
+    report = Runner(tight, lambda m: None, engine=FakeEngine(), hardware=HW).run()
+    rec = report.recommended
+    assert rec is not None and rec.meets_slo is False
+    assert not any(t.meets for t in rec.tries)
+    assert any("headroom" in n for n in report.notes)
+
+
+SPACE_TWIN = """
+engine: fake
+device: cpu
+baseline:
+  args: [--max-concurrent, "4"]
+common:
+  args: [--itl-ms, "10"]
+stages:
+  - name: batching
+    knobs:
+      - name: banner
+        type: categorical
+        default: none
+        options:
+          none: {}
+          hello: {args: [--log-line, "hello"]}
+    candidates:
+      - {banner: hello}
+"""
+
+
+@pytest.mark.timeout(180)
+def test_two_configurations_too_close_to_call_are_measured_side_by_side(tmp_path: Path) -> None:
+    # The same server twice; the tie band covers the fake's run-to-run noise, so the two are
+    # never told apart by their search points.
+    opts = _options(tmp_path, trials=1, start_concurrency=4, tie_band=1.0)
+    (tmp_path / "fake.yaml").write_text(SPACE_TWIN)
+    lines: list[str] = []
+    runner = Runner(opts, lines.append, engine=FakeEngine(), hardware=HW)
+    report = runner.run()
+    (t1,) = report.trials
+    assert t1.status == "ok"
+    (cmp,) = report.comparisons  # the same server twice: within each other's intervals
+    assert cmp.trials == (0, 1)
+    assert cmp.winner in (0, 1)
+    assert [o[0] for o in cmp.order] == ["a", "b", "b", "a"]
+    base = report.baseline
+    assert base is not None
+    assert any(p.side_by_side for p in base.points) and any(p.side_by_side for p in t1.points)
+    assert report.timing is not None and report.timing.engine_starts == 4  # + the restart
+    assert any("side by side" in line for line in lines)
+    assert "## Side by side" in (runner.out / "report.md").read_text()

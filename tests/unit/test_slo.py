@@ -2,15 +2,22 @@
 
 from __future__ import annotations
 
+import itertools
+from typing import Any
+
 import pytest
+from scipy.stats import binom
 
 from probes.slo import (
+    PERCENTILES,
+    REQUESTS_FOR_VERDICT,
     LatencySLO,
     QualitySLO,
     SLOError,
     margin,
     parse_slo_item,
     parse_slos,
+    requests_needed,
 )
 
 
@@ -153,6 +160,50 @@ def test_requests_needed_follows_mlperf_early_stopping(pct: int, needed: int) ->
     slo = parse_slo_item(f"ttft@p{pct}=1s")
     assert isinstance(slo, LatencySLO)
     assert slo.requests_needed == needed
+
+
+@pytest.mark.parametrize(
+    ("pct", "n_over", "needed"), [(99, 0, 459), (99, 1, 662), (95, 0, 90), (90, 0, 44), (50, 0, 7)]
+)
+def test_requests_needed_known_values(pct: int, n_over: int, needed: int) -> None:
+    assert requests_needed(pct, n_over) == needed
+
+
+def test_requests_needed_is_the_smallest_n_passing_the_binomial_test() -> None:
+    for pct, n_over in [(99, 0), (99, 3), (95, 2), (90, 5), (50, 1)]:
+        n = requests_needed(pct, n_over)
+        q = 1 - pct / 100
+        assert binom.cdf(n_over, n, q) <= 0.01 < binom.cdf(n_over, n - 1, q)
+
+
+def test_requests_needed_with_a_lower_confidence_needs_fewer() -> None:
+    assert requests_needed(99, 0, confidence=0.95) < requests_needed(99, 0)
+
+
+@pytest.mark.parametrize("pct", [99, 95])
+def test_requests_needed_grows_with_the_count_over_the_limit(pct: int) -> None:
+    needed = [requests_needed(pct, k) for k in range(6)]
+    assert all(a < b for a, b in itertools.pairwise(needed))
+
+
+def test_verdict_table_is_computed_from_the_rule() -> None:
+    assert {p: requests_needed(p) for p in PERCENTILES} == REQUESTS_FOR_VERDICT
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "needle"),
+    [
+        ({"percentile": 99, "n_over": -1}, "n_over -1"),
+        ({"percentile": 0}, "percentile 0"),
+        ({"percentile": 100}, "percentile 100"),
+        ({"percentile": -5}, "percentile -5"),
+        ({"percentile": 99, "confidence": 1.0}, "confidence 1.0"),
+        ({"percentile": 99, "confidence": 0.0}, "confidence 0.0"),
+    ],
+)
+def test_requests_needed_rejects_bad_input(kwargs: dict[str, Any], needle: str) -> None:
+    with pytest.raises(ValueError, match=needle):
+        requests_needed(**kwargs)
 
 
 def test_set_needs_the_most_any_slo_needs() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -254,13 +255,67 @@ def test_file_items_cycle_and_chat_goes_to_chat_completions(tmp_path: Path) -> N
     assert [r.chat for r in reqs] == [False, True, False, True, False]
     assert all(r.prompt_tokens is None for r in reqs)  # not counted without a tokenizer
     completion, chat = bodies(reqs[:2])
-    assert completion["prompt"] == "Tell me a story"
+    salt = completion["prompt"].removesuffix("Tell me a story")
+    assert re.fullmatch(r"\[[0-9a-f]{8}-0\] ", salt)  # a salted prefix per request
     assert completion["max_tokens"] == 7
     assert "messages" not in completion
-    assert chat["messages"] == [{"role": "user", "content": "Hi"}]
+    assert chat["messages"] == [{"role": "user", "content": salt.replace("-0]", "-1]") + "Hi"}]
     assert chat["max_tokens"] == 128  # the default for file items
     assert "prompt" not in chat
     for b in (completion, chat):
         assert b["stream"] is True
         assert b["stream_options"] == {"include_usage": True}
         assert "ignore_eos" not in b  # a file workload keeps the model's own stopping
+
+
+def test_file_salts_differ_per_request_and_per_seed_unless_prefixes_are_shared(
+    tmp_path: Path,
+) -> None:
+    f = write_jsonl(
+        tmp_path / "w.jsonl",
+        {"prompt": "Tell me a story"},
+        {"prompt": "System prompt shared on purpose", "shared_prefix": True},
+        {"messages": [{"role": "user", "content": [{"type": "text", "text": "Hi"}]}]},
+    )
+    wl = parse_workload(str(f))
+
+    def prompts(seed: int) -> list[str]:
+        out = []
+        for b in bodies(prepare_requests(wl, 6, model=MODEL, tokenizer=None, seed=seed)):
+            out.append(b["prompt"] if "prompt" in b else b["messages"][0]["content"][0]["text"])
+        return out
+
+    a, b = prompts(1), prompts(2)
+    assert a[1] == a[4] == "System prompt shared on purpose"  # sent as written
+    assert a[0] != a[3] and a[0].endswith("Tell me a story")  # the same line, distinct prefixes
+    assert a[2].endswith("Hi") and a[2] != "Hi"  # the first text part of a content list
+    assert a[0] != b[0]  # another seed (another run's salt), another prefix
+
+
+def test_spread_draws_lengths_within_the_range_and_keeps_prompt_counts_exact() -> None:
+    wl = parse_workload("synthetic:input=40,output=20,spread=0.5")
+    assert isinstance(wl, SyntheticWorkload)
+    assert wl.spread == 0.5
+    assert wl.label == "synthetic:input=40,output=20,spread=0.5"
+    tok = CharTokenizer()
+    reqs = prepare_requests(wl, 60, model=MODEL, tokenizer=tok, seed=3)
+    ins = [r.prompt_tokens for r in reqs]
+    outs = [r.max_tokens for r in reqs]
+    assert all(i is not None and 20 <= i <= 60 for i in ins)
+    assert all(10 <= o <= 30 for o in outs)
+    assert len(set(ins)) > 10 and len(set(outs)) > 8  # spread out, not in lockstep
+    for r, b in zip(reqs, bodies(reqs), strict=True):
+        assert len(tok.encode(b["prompt"])) == r.prompt_tokens  # exact per request
+        assert b["max_tokens"] == r.max_tokens
+
+
+@pytest.mark.parametrize(
+    ("spec", "needle"),
+    [
+        ("synthetic:input=8,output=8,spread=1.5", "spread must be in [0, 1)"),
+        ("synthetic:input=8.5,output=8", "bad part 'input=8.5'"),
+    ],
+)
+def test_spread_errors(spec: str, needle: str) -> None:
+    with pytest.raises(WorkloadError, match=re.escape(needle)):
+        parse_workload(spec)

@@ -1,0 +1,454 @@
+"""Capacity of one running vLLM server, measured with vLLM's own benchmark client.
+
+Shared by ``tuned_vs_default.py`` and ``grid.py`` (benchmarks/ is not a package: the scripts put
+this folder on ``sys.path``). It owns:
+
+- the two load models: a closed loop of N clients (``vllm bench serve --max-concurrency N``)
+  and open-loop Poisson arrivals at R requests/s (``--request-rate R``; vLLM's default
+  burstiness 1.0 is a Poisson process);
+- one client call (``VLLMClient.run``): random prompts of the workload's input/output lengths,
+  uniform over +-spread (``--random-range-ratio``), ``--ignore-eos``, a fresh random seed on every
+  call so that vLLM's prefix cache cannot serve repeated prompts and flatter TTFT;
+- the verdict of a point: every SLO of the report (``pP_<metric>_ms`` of vLLM's result <= its
+  limit) and the error rate (failed / sent) <= the report's ``max_error_rate``;
+- the capacity search (``find_capacity``): step up a ladder of loads until the first point that
+  breaks, then bisect between the last load that held and the first that broke (at most
+  ``bisect_steps`` extra points, fewer once the two are within ``resolution``, 5 %). Capacity is
+  the highest load that held; its score is vLLM's ``output_throughput`` (output tokens / window)
+  there. Loads are whole numbers for concurrency, 3 significant figures for rates. A point sends
+  ``max(min_prompts, prompts_per_load x load)`` prompts: for a rate, ``prompts_per_load`` is
+  seconds of arrivals, so a rate point lasts about 25 s or more;
+- ``measure_config``: one fresh server start (its process group stopped on every exit path),
+  throw-away warm-up requests, the capacity search, and an optional extra measurement (the claim
+  check) on the same running server.
+
+Each client call's CPU use (user + system over its wall time, 100 % = one core) is printed beside
+its point: on 2 cores the client competes with the engine it measures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import random
+import resource
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from tuner.engines.base import EngineStartError, LaunchSpec, ServerProcess, free_port  # noqa: E402
+from tuner.engines.vllm import VLLMEngine  # noqa: E402
+
+CLIENT = ROOT / "benchmarks" / "vllm_client.py"
+METRIC_KEY = {"ttft": "ttft", "tpot": "tpot", "itl": "itl", "e2e": "e2el"}
+Result = dict[str, Any]
+
+
+def fmt(v: Any, spec: str = ".0f") -> str:
+    return "-" if v is None else format(v, spec)
+
+
+@dataclass(frozen=True)
+class LoadModel:
+    """How a load is given to vLLM's client, rounded, and sized by default."""
+
+    name: str  # "concurrency" | "rate", as report["load"]["model"] names it
+    key: str  # the key of a load dict: {"concurrency": N} or {"rate_rps": R}
+    unit: str
+    flag: str  # vLLM's client option
+    ladder: tuple[float, ...]
+    min_prompts: int
+    prompts_per_load: float  # concurrency: prompts per client; rate: seconds of arrivals
+
+    def rounded(self, x: float) -> float:
+        """Whole numbers for concurrency (at least 1), 3 significant figures for rates."""
+        if self.name == "concurrency":
+            return max(1, round(x))
+        return float(f"{x:.3g}")
+
+    def show(self, x: float | None) -> str:
+        if x is None:
+            return "-"
+        return f"{int(x)}" if self.name == "concurrency" else f"{x:g}"
+
+    def load(self, x: float) -> Result:
+        return {self.key: int(x) if self.name == "concurrency" else x}
+
+
+LOAD_MODELS = {
+    "concurrency": LoadModel(
+        "concurrency", "concurrency", "concurrent requests", "--max-concurrency",
+        (4, 8, 12, 16, 20, 24, 32, 48, 64), min_prompts=100, prompts_per_load=4,
+    ),
+    # Output of 180-330 tok/s with 64-token outputs is about 3-5 requests/s on a 2-core machine
+    # (up to ~9 with both cores and compilation, ENVIRONMENT.md).
+    "rate": LoadModel(
+        "rate", "rate_rps", "requests/s", "--request-rate",
+        (1.5, 2, 2.5, 3, 3.5, 4, 5, 6, 8), min_prompts=50, prompts_per_load=25,
+    ),
+}  # fmt: skip
+
+
+def report_load_model(report: Result) -> str:
+    """The report's load model; reports written before it was recorded are closed loop."""
+    return str((report.get("load") or {}).get("model") or "concurrency")
+
+
+def model_of(load: Result) -> tuple[LoadModel, float]:
+    """The load model and value of a load dict such as ``recommended["load"]``."""
+    if "rate_rps" in load:
+        return LOAD_MODELS["rate"], float(load["rate_rps"])
+    return LOAD_MODELS["concurrency"], float(load["concurrency"])
+
+
+class VLLMClient:
+    """vLLM's ``vllm bench serve`` (through benchmarks/vllm_client.py) for one workload and SLOs.
+
+    Args:
+        tokenizer: the model folder (vLLM's client counts prompt tokens with it).
+        input_len, output_len, spread: the synthetic workload; lengths are uniform over
+            ``len x (1 +- spread)`` (vLLM's ``--random-range-ratio``, in [0, 1)).
+        slos: ``[{"metric", "percentile", "limit_ms"}]`` as report.json has them.
+        max_error_rate: the highest share of failed requests a point may have.
+        timeout_s: the most one client call may take.
+    """
+
+    def __init__(
+        self,
+        *,
+        tokenizer: str,
+        input_len: int,
+        output_len: int,
+        spread: float = 0.0,
+        slos: list[Result],
+        max_error_rate: float = 0.01,
+        timeout_s: float = 1800.0,
+    ) -> None:
+        if not 0.0 <= spread < 1.0:
+            raise ValueError(
+                f"spread must be in [0, 1) (vLLM's --random-range-ratio), got {spread}"
+            )
+        self.tokenizer, self.input_len, self.output_len = tokenizer, input_len, output_len
+        self.spread, self.slos, self.max_err, self.timeout_s = (
+            spread,
+            slos,
+            max_error_rate,
+            timeout_s,
+        )
+        self.pcts = sorted({50, 90, 95, 99} | {int(s["percentile"]) for s in slos})
+        self.rng = random.SystemRandom()
+
+    @classmethod
+    def from_report(cls, report: Result, timeout_s: float = 1800.0) -> VLLMClient:
+        wl = report["workload"]
+        return cls(
+            tokenizer=report["model_path"],
+            input_len=int(wl["input_len"]),
+            output_len=int(wl["output_len"]),
+            spread=float(wl.get("spread") or 0.0),
+            slos=list(report["slo"]),
+            max_error_rate=float(report.get("max_error_rate", 0.01)),
+            timeout_s=timeout_s,
+        )
+
+    def describe(self) -> str:
+        slos = ", ".join(
+            f"p{s['percentile']} {s['metric']}<={s['limit_ms']:g}ms" for s in self.slos
+        )
+        return (
+            f"{self.input_len} in / {self.output_len} out tokens, spread +-{self.spread:g};"
+            f" SLOs {slos}; error rate <= {self.max_err:.1%}"
+        )
+
+    def run(self, url: str, model: str, load: Result, n: int, d: Path, name: str) -> Result:
+        """One call of vLLM's client at ``load`` ({"concurrency": N} or {"rate_rps": R}).
+
+        Returns vLLM's JSON result without its per-request lists (they stay in
+        ``d/<name>.json``), plus seed, rc, wall_s and the client's own CPU use; ``error`` where
+        the client gave no result.
+        """
+        lm, x = model_of(load)
+        seed = self.rng.randrange(1, 2**31)
+        cmd = [sys.executable, str(CLIENT), "--base-url", url, "--model", model]
+        cmd += ["--tokenizer", self.tokenizer, "--dataset-name", "random", "--ignore-eos"]
+        cmd += ["--random-input-len", str(self.input_len)]
+        cmd += ["--random-output-len", str(self.output_len)]
+        cmd += ["--random-range-ratio", f"{self.spread:g}", "--num-prompts", str(n)]
+        cmd += ["--seed", str(seed), "--percentile-metrics", "ttft,tpot,itl,e2el"]
+        cmd += ["--metric-percentiles", ",".join(map(str, self.pcts)), "--disable-tqdm"]
+        cmd += ["--save-result", "--result-dir", str(d), "--result-filename", f"{name}.json"]
+        cmd += [lm.flag, lm.show(x)]
+        d.mkdir(parents=True, exist_ok=True)
+        # The server is not reaped while the client runs, so the change in the children's
+        # rusage is the client's own CPU time (its subprocesses included).
+        ru0, t0 = resource.getrusage(resource.RUSAGE_CHILDREN), time.monotonic()
+        rc: int | None = None
+        with open(d / f"{name}.log", "wb") as log, contextlib.suppress(subprocess.TimeoutExpired):
+            kw: Result = {"stdout": log, "stderr": subprocess.STDOUT, "cwd": ROOT}
+            rc = subprocess.run(cmd, timeout=self.timeout_s, **kw).returncode
+        wall, ru1 = time.monotonic() - t0, resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu = ru1.ru_utime - ru0.ru_utime + ru1.ru_stime - ru0.ru_stime
+        res: Result = {}
+        with contextlib.suppress(OSError, ValueError):
+            raw = json.loads((d / f"{name}.json").read_text())
+            res = {k: v for k, v in raw.items() if not isinstance(v, list)}
+        res.update(seed=seed, rc=rc, wall_s=wall, client_cpu_s=cpu, client_cpu_pct=100 * cpu / wall)
+        if rc != 0 or "output_throughput" not in res:
+            why = "timed out" if rc is None else f"exit code {rc}"
+            res["error"] = f"client {why}, no result; see {d / name}.log"
+        return res
+
+    def verdict(self, res: Result) -> list[str]:
+        """Why a client result breaks the SLOs or the error limit (empty: it held)."""
+        if "error" in res:
+            return [res["error"]]
+        broken = []
+        done, failed = res.get("completed") or 0, res.get("failed") or 0
+        if failed / max(done + failed, 1) > self.max_err:
+            broken.append(f"{failed} of {done + failed} requests failed")
+        for s in self.slos:
+            key = f"p{s['percentile']}_{METRIC_KEY[s['metric']]}_ms"
+            if res.get(key) is None:
+                have = sorted(k for k in res if k.endswith("_ms"))
+                broken.append(f"{key} missing from the client's result (it has {have})")
+            elif res[key] > s["limit_ms"]:
+                broken.append(f"{key} {res[key]:.0f} > {s['limit_ms']:.0f}")
+        return broken
+
+
+HEADER = "  {:>7} {:>6} {:>5} {:>4} {:>6} {:>8} {:>7} {:>7} {:>7} {:>5}  verdict".format(
+    "", "load", "done", "fail", "req/s", "tok/s", "p50ttft", "p99ttft", "p50tpot", "cpu%"
+)
+
+
+def show_point(label: str, load: str, res: Result, broken: list[str]) -> None:
+    """One row under HEADER: what vLLM's client measured at one load."""
+    print(
+        f"  {label:>7} {load:>6} {fmt(res.get('completed'), 'd'):>5}"
+        f" {fmt(res.get('failed'), 'd'):>4} {fmt(res.get('request_throughput'), '.2f'):>6}"
+        f" {fmt(res.get('output_throughput'), '.1f'):>8} {fmt(res.get('median_ttft_ms')):>7}"
+        f" {fmt(res.get('p99_ttft_ms')):>7} {fmt(res.get('median_tpot_ms'), '.1f'):>7}"
+        f" {fmt(res.get('client_cpu_pct')):>5}  {'; '.join(broken) or 'held'}",
+        flush=True,
+    )
+
+
+@dataclass
+class SweepOptions:
+    """The capacity search's ladder and sizes (see the module docstring)."""
+
+    ladder: list[float]
+    min_prompts: int
+    prompts_per_load: float
+    bisect_steps: int = 3
+    resolution: float = 0.05  # stop bisecting once first broken / last held - 1 <= this
+
+    def prompts(self, x: float) -> int:
+        return max(self.min_prompts, math.ceil(self.prompts_per_load * x))
+
+
+def add_sweep_args(p: argparse.ArgumentParser, load_default: str | None) -> None:
+    """The options both scripts share: load model, ladder, sizes, warm-up, client timeout."""
+    ladders = "; ".join(
+        f"{m.name} {','.join(f'{x:g}' for x in m.ladder)}" for m in LOAD_MODELS.values()
+    )
+    c, r = LOAD_MODELS["concurrency"], LOAD_MODELS["rate"]
+    add = p.add_argument
+    load_help = f" ({load_default})" if load_default else " (default: the report's)"
+    add(
+        "--load",
+        choices=sorted(LOAD_MODELS),
+        default=load_default,
+        help="closed-loop concurrency or open-loop Poisson rate" + load_help,
+    )
+    add("--ladder", help=f"loads to step up, comma-separated (default {ladders})")
+    add(
+        "--min-prompts",
+        type=int,
+        help=f"prompts per point, at least (default: concurrency {c.min_prompts},"
+        f" rate {r.min_prompts})",
+    )
+    add(
+        "--prompts-per-load",
+        type=float,
+        help="prompts per point = max(min, this x load) (default: concurrency"
+        f" {c.prompts_per_load:g}, rate {r.prompts_per_load:g}: seconds of arrivals)",
+    )
+    add(
+        "--bisect-steps",
+        type=int,
+        default=3,
+        help="most extra points between the last held and the first broken load (3)",
+    )
+    add(
+        "--resolution",
+        type=float,
+        default=0.05,
+        help="stop bisecting once first broken / last held - 1 <= this (0.05)",
+    )
+    add("--warmup-prompts", type=int, default=32, help="thrown away after each start (32; 0 off)")
+    add("--client-timeout", type=float, default=1800.0, help="seconds per client call (1800)")
+    add("--startup-timeout", type=float, default=400.0, help="seconds a start may take (400)")
+
+
+def sweep_options(lm: LoadModel, args: argparse.Namespace) -> SweepOptions:
+    """SweepOptions from the shared options; unset ones take the load model's defaults."""
+    ladder = (
+        [float(x) for x in args.ladder.split(",") if x.strip()] if args.ladder else list(lm.ladder)
+    )
+    return SweepOptions(
+        ladder=sorted({lm.rounded(x) for x in ladder}),
+        min_prompts=args.min_prompts if args.min_prompts is not None else lm.min_prompts,
+        prompts_per_load=(
+            args.prompts_per_load if args.prompts_per_load is not None else lm.prompts_per_load
+        ),
+        bisect_steps=args.bisect_steps,
+        resolution=args.resolution,
+    )
+
+
+def find_capacity(
+    measure: Callable[[float, str], tuple[bool, Result]], lm: LoadModel, opts: SweepOptions
+) -> Result:
+    """The highest load that held: the ladder up to the first break, then bisection.
+
+    Args:
+        measure: ``(load, phase) -> (held, point)``; phase is "ladder" or "bisect".
+    Returns:
+        ``capacity`` (the load, None when nothing held), ``held``/``broke`` (the final bracket;
+        ``broke`` None when the whole ladder held, so capacity is a lower bound), ``points``.
+    """
+    points: list[Result] = []
+    held: float | None = None
+    broke: float | None = None
+    for x in opts.ladder:
+        ok, point = measure(x, "ladder")
+        points.append(point)
+        if not ok:
+            broke = x
+            break
+        held = x
+    for _ in range(opts.bisect_steps if broke is not None else 0):
+        assert broke is not None
+        lo = held or 0.0
+        if held and broke / held - 1 <= opts.resolution:
+            break
+        mid = lm.rounded((lo + broke) / 2)
+        if mid in (held, broke) or mid >= broke:
+            break  # the bracket is as narrow as the load's rounding allows
+        ok, point = measure(mid, "bisect")
+        points.append(point)
+        held, broke = (mid, broke) if ok else (held, mid)
+    return {"capacity": held, "held": held, "broke": broke, "points": points}
+
+
+def capacity(
+    client: VLLMClient, url: str, model: str, lm: LoadModel, opts: SweepOptions, d: Path
+) -> Result:
+    """``find_capacity`` with vLLM's client on a running server; prints every point.
+
+    Returns find_capacity's fields plus ``load_model``, ``score_tokens_per_s`` (vLLM's
+    output_throughput at the capacity load), ``score_requests_per_s`` and ``bracket_pct``.
+    """
+    results: dict[float, Result] = {}
+
+    def measure(x: float, phase: str) -> tuple[bool, Result]:
+        n = opts.prompts(x)
+        name = f"{lm.name}-{lm.show(x).replace('.', 'p')}"
+        res = client.run(url, model, lm.load(x), n, d, name)
+        broken = client.verdict(res)
+        results[x] = res
+        show_point(phase, lm.show(x), res, broken)
+        point = {"load": lm.load(x), "phase": phase, "prompts": n, "held": not broken}
+        return not broken, {**point, "broken": broken, "result": res}
+
+    found = find_capacity(measure, lm, opts)
+    top, broke = found["capacity"], found["broke"]
+    at = results.get(top) if top is not None else None
+    found.update(
+        load_model=lm.name,
+        unit=lm.unit,
+        score_tokens_per_s=at.get("output_throughput") if at else None,
+        score_requests_per_s=at.get("request_throughput") if at else None,
+        bracket_pct=100 * (broke / top - 1) if top and broke else None,
+    )
+    return found
+
+
+def describe_capacity(lm: LoadModel, cap: Result | None) -> str:
+    """``312.4 tok/s at 4.5 requests/s (broke at 4.75, +5.6 %)``, or why there is none."""
+    if not cap or cap.get("capacity") is None:
+        return "no load held" if cap else "not measured"
+    broke = cap.get("broke")
+    edge = (
+        f"broke at {lm.show(broke)}, +{cap['bracket_pct']:.1f} %"
+        if broke is not None
+        else "the whole ladder held: a lower bound"
+    )
+    return (
+        f"{fmt(cap['score_tokens_per_s'], '.1f')} tok/s at {lm.show(cap['capacity'])}"
+        f" {lm.unit} ({edge})"
+    )
+
+
+def measure_config(
+    label: str,
+    spec: LaunchSpec,
+    d: Path,
+    client: VLLMClient,
+    lm: LoadModel,
+    opts: SweepOptions,
+    *,
+    warmup_prompts: int = 32,
+    startup_timeout_s: float = 400.0,
+    then: Callable[[str, str, Path], Result] | None = None,
+) -> Result:
+    """Start one config fresh, warm it up, find its capacity, then run ``then`` on it.
+
+    Args:
+        label: the config's name in prints.
+        spec: its launch command and environment (a free port is put in).
+        then: ``(url, served_model, d) -> result``, measured on the same server after the sweep
+            (the claim check); its result is stored under ``then``.
+    Returns:
+        ``startup_s``, ``capacity`` (see ``capacity``), ``then``; ``error`` where it did not start.
+    """
+    spec = spec.with_port(free_port())
+    out: Result = {"label": label, "launch_command": spec.argv, "env": spec.env}
+    print(f"\n[{label}] starting: env {spec.env}\n  log {d / 'server.log'}", flush=True)
+    try:
+        with ServerProcess(
+            spec,
+            d / "server.log",
+            startup_timeout_s=startup_timeout_s,
+            classify=VLLMEngine().classify_failure,
+        ) as server:
+            tokenizer = client.tokenizer
+            out["startup_s"] = server.wait_ready(served_model=tokenizer)
+            url, model = server.base_url, server.served_model or tokenizer
+            print(f"  ready in {out['startup_s']:.0f} s, serving {model}\n{HEADER}", flush=True)
+            if warmup_prompts > 0:
+                # Thrown away: compilation, batching and cache warm-up after the start.
+                c0 = {"concurrency": min(8, warmup_prompts)}
+                t0 = time.monotonic()
+                res = client.run(url, model, c0, warmup_prompts, d, "warmup")
+                out["warmup_s"] = time.monotonic() - t0
+                show_point("warmup", f"c{c0['concurrency']}", res, [])
+            out["capacity"] = capacity(client, url, model, lm, opts, d)
+            if then is not None:
+                out["then"] = then(url, model, d)
+    except EngineStartError as exc:
+        out["error"] = f"failed to start: {exc}"
+        print(f"  FAIL: {label} {out['error']}")
+    print(f"  {label}: capacity {describe_capacity(lm, out.get('capacity'))}", flush=True)
+    return out

@@ -1,0 +1,281 @@
+"""tuner.confirm and tuner.compare with scripted measurements (real metric formulas)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from probes.metrics import judge, summarize
+from probes.records import RequestRecord
+from probes.slo import parse_slos
+from tuner.capacity import CONCURRENCY, LoadAxis
+from tuner.compare import beaten, interleave, side_by_side, too_close, verdict
+from tuner.confirm import Try, confirm, target_load
+from tuner.estimate import CapacityEstimate, Samples, constraints, estimate
+
+SLOS = parse_slos(["ttft=1s"])
+CONS = constraints(SLOS, 0.01)
+
+
+def records(ttfts_s: list[float], n_out: int = 16) -> list[RequestRecord]:
+    out = []
+    for i, ttft in enumerate(ttfts_s):
+        t0 = 0.01 * i
+        out.append(
+            RequestRecord(
+                index=i,
+                t_sched=t0,
+                t_send=t0,
+                t_first=t0 + ttft,
+                t_last=t0 + ttft + 0.5,
+                t_end=t0 + ttft + 0.5,
+                n_out=n_out,
+                n_out_from_usage=True,
+            )
+        )
+    return out
+
+
+class System:
+    """p99 TTFT grows linearly with load; one request in ``tail_every`` is 30 % slower."""
+
+    def __init__(self, ms_per_load: float, tail_every: int = 0) -> None:
+        self.ms_per_load = ms_per_load
+        self.tail_every = tail_every
+        self.calls: list[tuple[float, int]] = []
+
+    def ttfts(self, load: float, n: int) -> list[float]:
+        base = self.ms_per_load * load / 1000.0
+        return [
+            base * (1.3 if self.tail_every and i % self.tail_every == 0 else 1.0) for i in range(n)
+        ]
+
+    def samples(self, load: float, n: int) -> Samples:
+        recs = records(self.ttfts(load, n))
+        m = summarize(recs, SLOS)
+        return Samples.from_records(load, recs, m.duration_s)
+
+    def measure(self, n: int):  # type: ignore[no-untyped-def]
+        def run(load: float) -> Try:
+            self.calls.append((load, n))
+            recs = records(self.ttfts(load, n))
+            m = summarize(recs, SLOS)
+            return Try(
+                load,
+                Samples.from_records(load, recs, m.duration_s),
+                judge(m, SLOS, 0.01),
+                m,
+                recs,
+            )
+
+        return run
+
+
+def search_points(system: System, loads: list[float], n: int = 60) -> list[Samples]:
+    return [system.samples(x, n) for x in loads]
+
+
+def test_the_target_is_interpolated_with_headroom_and_rounded_down() -> None:
+    s = System(ms_per_load=40.0)  # 1000 ms at 25; 900 ms at 22.5
+    pts = search_points(s, [8, 16, 32])
+    assert target_load(pts, CONS, CONCURRENCY, 0.10) == 22.0
+    rate = LoadAxis("rate", minimum=0.05, maximum=100)
+    assert target_load(pts, CONS, rate, 0.10) == 22.5
+
+
+def test_confirms_at_the_target_with_the_full_sample_and_meets() -> None:
+    s = System(ms_per_load=40.0)
+    res = confirm(
+        s.measure(505),
+        search_points=search_points(s, [8, 16, 32]),
+        cons=CONS,
+        axis=CONCURRENCY,
+        headroom=0.10,
+    )
+    assert res.chosen is not None
+    assert res.chosen.load == 22.0
+    assert res.chosen.verdict.holds and not res.chosen.verdict.provisional
+    assert all(n == 505 for _, n in s.calls)
+
+
+def test_refines_up_when_the_search_was_pessimistic() -> None:
+    # The search's points said the limit is near 12 (slow), the server now holds up to 22.
+    slow, fast = System(ms_per_load=75.0), System(ms_per_load=40.0)
+    res = confirm(
+        fast.measure(505),
+        search_points=search_points(slow, [8, 16]),
+        cons=CONS,
+        axis=CONCURRENCY,
+        headroom=0.10,
+        max_tries=4,
+    )
+    loads = [t.load for t in res.tries]
+    assert loads[0] == 12.0
+    assert res.chosen is not None and res.chosen.load > 12.0
+    assert res.chosen.load <= 22.0
+    assert all(t.meets(0.10) for t in res.tries if t.load <= 22.0)
+
+
+def test_steps_down_when_the_search_was_optimistic_and_never_above_a_failed_try() -> None:
+    optimistic, real = System(ms_per_load=25.0), System(ms_per_load=50.0)  # real: 900 ms at 18
+    res = confirm(
+        real.measure(505),
+        search_points=search_points(optimistic, [8, 16, 48]),
+        cons=CONS,
+        axis=CONCURRENCY,
+        headroom=0.10,
+        max_tries=4,
+    )
+    first = res.tries[0].load
+    assert first == 36.0
+    assert not res.tries[0].meets(0.10)
+    assert res.chosen is not None and res.chosen.load <= 18.0
+    for i, t in enumerate(res.tries[1:], 1):
+        failed_before = [u.load for u in res.tries[:i] if not u.meets(0.10)]
+        assert t.load < min(failed_before)
+
+
+def test_over_limit_requests_make_a_short_confirmation_provisional() -> None:
+    # 1 in 90 requests is 30 % slower: at 24 the slow ones break 1000 ms (1.3 x 960 ms), about
+    # 1 % of 459 requests over the limit; a p99 verdict then needs far more than 459.
+    s = System(ms_per_load=40.0, tail_every=90)
+    t = s.measure(459)(24.0)
+    over = t.metrics.over_limit["ttft@p99"]
+    assert over >= 5
+    assert t.verdict.provisional
+    assert not t.meets(0.0)
+
+
+def test_the_time_budget_stops_refining() -> None:
+    slow, fast = System(ms_per_load=75.0), System(ms_per_load=40.0)
+    res = confirm(
+        fast.measure(505),
+        search_points=search_points(slow, [8, 16]),
+        cons=CONS,
+        axis=CONCURRENCY,
+        headroom=0.10,
+        may_try=lambda load: "time budget",
+    )
+    assert len(res.tries) == 1
+    assert res.stopped == "time budget"
+
+
+def test_nothing_met_gives_no_chosen_load_but_a_best_effort() -> None:
+    s = System(ms_per_load=2000.0)  # 2 s at load 1: never holds
+    res = confirm(
+        s.measure(505),
+        search_points=search_points(s, [1, 2]),
+        cons=CONS,
+        axis=CONCURRENCY,
+        headroom=0.10,
+    )
+    assert res.chosen is None
+    assert res.best_effort is not None and res.best_effort.load == 1.0
+
+
+def est(tokens: float, low: float, high: float | None) -> CapacityEstimate:
+    return CapacityEstimate(
+        load=10.0,
+        tokens_per_s=tokens,
+        low=low,
+        high=high,
+        load_low=9.0,
+        load_high=11.0,
+        censored="none",
+        binding="ttft@p99",
+        n_points=3,
+        n_requests=150,
+        resamples=200,
+    )
+
+
+def test_beaten_only_when_the_optimistic_end_is_below_the_best_pessimistic_end() -> None:
+    best = est(300, 280, 320)
+    assert beaten(est(250, 230, 260), best)
+    assert not beaten(est(250, 230, 270), best)  # within the 5 % tie band of 280
+    assert beaten(est(250, 230, 270), best, band=0.0)
+    assert not beaten(est(0, 0, None), best)  # unbounded above: never beaten
+
+
+def test_too_close_when_the_intervals_overlap() -> None:
+    a = est(300, 280, 320)
+    assert too_close(a, est(310, 290, 330))
+    assert too_close(a, est(330, 315, 345))
+    assert not too_close(a, est(340, 325, 355))
+    assert not too_close(a, est(250, 230, 275))
+    # Zero-width intervals (fixed output lengths at a flat throughput) 2 % apart: a tie.
+    assert too_close(est(380, 380, 380), est(388, 388, 388))
+    assert not too_close(est(380, 380, 380), est(388, 388, 388), band=0.01)
+    assert too_close(a, est(400, 310, None))  # unbounded above
+
+
+def test_interleave_is_abba() -> None:
+    assert interleave([24, 21]) == [("a", 24), ("b", 24), ("b", 21), ("a", 21)]
+    assert interleave([8], rounds=2) == [("a", 8), ("b", 8), ("b", 8), ("a", 8)]
+
+
+def test_side_by_side_measures_both_and_the_verdict_goes_by_the_refit() -> None:
+    incumbent, challenger = System(ms_per_load=42.0), System(ms_per_load=40.0)
+    order: list[tuple[str, float]] = []
+
+    def m(name: str, system: System):  # type: ignore[no-untyped-def]
+        def run(x: float) -> Samples:
+            order.append((name, x))
+            return system.samples(x, 300)
+
+        return run
+
+    before_a = search_points(incumbent, [16, 24], n=60)
+    before_b = search_points(challenger, [16, 24], n=60)
+    run = side_by_side({"a": m("a", incumbent), "b": m("b", challenger)}, [23, 24])
+    assert order == [("a", 23), ("b", 23), ("b", 24), ("a", 24)]
+    after = (
+        estimate([*before_a, *run.measured["a"]], CONS),  # type: ignore[list-item]
+        estimate([*before_b, *run.measured["b"]], CONS),  # type: ignore[list-item]
+    )
+    rep = verdict((3, 7), [23, 24], run, (None, None), after)
+    assert rep.winner == 7  # 40 ms per load holds further than 42
+    assert rep.order == ["a@23", "b@23", "b@24", "a@24"]
+    assert "side by side at 23, 24" in rep.note
+
+
+def test_side_by_side_never_splits_a_pair_when_the_budget_runs_out() -> None:
+    calls: list[str] = []
+    asked = iter([None, "time budget"])
+    run = side_by_side(
+        {"a": lambda x: calls.append("a"), "b": lambda x: calls.append("b")},
+        [1, 2, 3],
+        should_stop=lambda: next(asked),
+    )
+    assert calls == ["a", "b"]
+    assert run.stopped == "time budget"
+
+
+@pytest.mark.parametrize("load", [0.5, 3.0])
+def test_rate_targets_are_three_significant_figures(load: float) -> None:
+    axis = LoadAxis("rate", minimum=0.05, maximum=100)
+    s = System(ms_per_load=1000.0 / (load * 1.234))
+    pts = search_points(s, [load * 0.5, load, load * 2])
+    x = target_load(pts, CONS, axis, 0.0)
+    assert x == axis.quantize(x)
+    assert math.isclose(x, axis.floor(load * 1.234), rel_tol=1e-9)
+    assert np.isfinite(x)
+
+
+def test_a_try_short_of_its_percentile_is_not_moved_down() -> None:
+    # 60 requests cannot make a p99 verdict final; going down would not change that.
+    s = System(ms_per_load=40.0)
+    res = confirm(
+        s.measure(60),
+        search_points=search_points(s, [8, 16, 32]),
+        cons=CONS,
+        axis=CONCURRENCY,
+        headroom=0.10,
+    )
+    assert res.tries[0].load == 22.0
+    assert res.tries[0].verdict.provisional
+    assert all(t.load >= 22.0 for t in res.tries)
+    assert res.chosen is None and res.best_effort is not None
+    assert res.best_effort.load == 22.0

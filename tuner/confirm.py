@@ -1,0 +1,168 @@
+"""The confirmation: a load that holds every SLO with headroom, shown with the full sample.
+
+Search points are short, so the recommendation is measured again before ``meets_slo`` is set
+(../shared/MEASUREMENT.md):
+
+1. The first load tried is where the configuration's fitted latency reaches ``1 - headroom`` of
+   its limit, from all its search points (tuner/estimate.py, at the margin level
+   ``-headroom``), rounded down onto the load axis: interpolated, not the nearest sparse point.
+2. Each try has as many requests as the SLO's percentile needs (MLPerf's early-stopping rule,
+   probes/slo.py; more when requests go over the limit). It *meets* the SLOs when every check
+   holds with the headroom and none is provisional.
+3. Then refine within the tries (and the time) allowed: after a try that meets them, the
+   capacity is estimated again with that full-size point in it, and a higher load is tried if
+   the refit puts the target above; after one that does not, a lower one, from the refit (or by
+   at least as much as the latency must fall, further where the refit says so). Never a load
+   at or above one that missed the headroom, nor at or below one that kept it.
+4. The result is the highest load that met them; without one, the closest try, which does not
+   meet the SLOs, and the caller says so.
+
+Pure logic over a ``measure(load)`` callable and the search's samples, tested with scripted ones.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from probes.metrics import Verdict
+from tuner.capacity import LoadAxis
+from tuner.estimate import Constraint, Samples, estimate
+
+
+@dataclass
+class Try:
+    load: float
+    samples: Samples
+    verdict: Verdict
+    metrics: Any = None  # the caller's summary of the point (LoadMetrics)
+    records: Any = None  # the caller's raw records, to write
+
+    def roomy(self, headroom: float) -> bool:
+        """Every check holds with the headroom (however many requests it had)."""
+        v = self.verdict
+        return v.holds and v.worst_margin <= -headroom
+
+    def meets(self, headroom: float) -> bool:
+        """Roomy, and with enough requests for every percentile (none provisional)."""
+        return self.roomy(headroom) and not self.verdict.provisional
+
+
+@dataclass
+class ConfirmResult:
+    tries: list[Try] = field(default_factory=list)
+    chosen: Try | None = None  # the highest load that met every SLO with the headroom
+    stopped: str = ""  # why refining ended
+
+    @property
+    def best_effort(self) -> Try | None:
+        """The chosen try, else the highest that held at all, else the lowest tried."""
+        if self.chosen is not None:
+            return self.chosen
+        held = [t for t in self.tries if t.verdict.holds]
+        if held:
+            return max(held, key=lambda t: t.load)
+        return min(self.tries, key=lambda t: t.load) if self.tries else None
+
+
+def target_load(
+    points: Sequence[Samples], cons: Sequence[Constraint], axis: LoadAxis, headroom: float
+) -> float:
+    """Where the fitted latency reaches (1 - headroom) x its limit, rounded down onto the axis.
+    Every load held even with headroom: the highest measured; none did: half the lowest."""
+    est = estimate(points, cons, level=-headroom, resamples=0)
+    if est is None:
+        return axis.minimum
+    if est.censored == "below":
+        return axis.floor(min(p.load for p in points) / 2)
+    assert est.load is not None
+    return axis.floor(est.load)
+
+
+def confirm(
+    measure: Callable[[float], Try],
+    *,
+    search_points: Sequence[Samples],
+    cons: Sequence[Constraint],
+    axis: LoadAxis,
+    headroom: float,
+    max_tries: int = 3,
+    may_try: Callable[[float], str | None] = lambda load: None,
+    start: float | None = None,
+) -> ConfirmResult:
+    """Confirm a configuration's load (see the module docstring).
+
+    Args:
+        measure: one full-size measurement at a load.
+        search_points: the configuration's search samples (the fit starts from them).
+        cons: the SLO constraints.
+        axis: the load axis (rounding, bounds).
+        headroom: every latency at most (1 - headroom) x its limit.
+        max_tries: the most measurements.
+        may_try: asked before every try after the first with its load: a reason to stop
+            (the time budget), or None.
+        start: the first load (default: ``target_load``).
+    """
+    res = ConfirmResult()
+    points = list(search_points)
+    x = axis.floor(start) if start is not None else target_load(points, cons, axis, headroom)
+    while True:
+        t = measure(x)
+        res.tries.append(t)
+        points.append(t.samples)
+        if len(res.tries) >= max_tries:
+            res.stopped = f"{max_tries} tries"
+            break
+        nxt = _next(res.tries, points, cons, axis, headroom)
+        if nxt is None:
+            res.stopped = "the load is pinned between a try that met the SLOs and one that did not"
+            break
+        if why := may_try(nxt):
+            res.stopped = why
+            break
+        x = nxt
+    met = [t for t in res.tries if t.meets(headroom)]
+    res.chosen = max(met, key=lambda t: t.load) if met else None
+    return res
+
+
+def _next(
+    tries: list[Try],
+    points: list[Samples],
+    cons: Sequence[Constraint],
+    axis: LoadAxis,
+    headroom: float,
+) -> float | None:
+    """The next load to try, strictly between the highest that held with the headroom and the
+    lowest that did not; None when no such load is left on the axis. Direction follows the
+    headroom, not the sample size: a try too short for its percentile (the time budget cut
+    it) is not improved by another load."""
+    met = [t.load for t in tries if t.roomy(headroom)]
+    missed = [t.load for t in tries if not t.roomy(headroom)]
+    lo = max(met, default=-math.inf)
+    hi = min(missed, default=math.inf)
+    last = tries[-1]
+    est = estimate(points, cons, level=-headroom, resamples=0)
+    if last.roomy(headroom):
+        if est is None or est.censored == "below":
+            return None
+        # Every load held even with headroom: reach a little higher than the last try.
+        want = est.load if est.censored == "none" and est.load else last.load * 1.1
+        nxt = axis.floor(min(want, hi))
+    else:
+        over = max(last.verdict.worst_margin + headroom, 0.05)
+        by_margin = last.load / (1.0 + over) if math.isfinite(over) else last.load / 2
+        # The search's short points were optimistic: step down by at least as much as the
+        # latency must fall, further where the refit says so.
+        refit = est.load if est is not None and est.load is not None else by_margin
+        want = min(by_margin, refit)
+        nxt = axis.floor(min(want, last.load - axis.step(last.load)))
+    if nxt >= hi:
+        nxt = axis.floor(hi - axis.step(hi))
+    if nxt <= lo or nxt >= hi or nxt in {t.load for t in tries}:
+        return None
+    if nxt < axis.minimum:
+        return None
+    return nxt
