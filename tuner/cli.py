@@ -213,7 +213,9 @@ def tune_cmd(
 
     if engine not in ENGINES:
         fail(f"engine {engine!r} is unknown; known: {', '.join(sorted(ENGINES))}")
-    signal.signal(signal.SIGTERM, _sigterm)
+    # SIGTERM runs Ctrl-C's clean-up while the command runs; the caller's handler comes back
+    # after (a test runner in the same process keeps its own).
+    previous = signal.signal(signal.SIGTERM, _sigterm)
     try:
         report, out_dir = api.tune(
             model=model,
@@ -245,6 +247,8 @@ def tune_cmd(
     except KeyboardInterrupt:
         typer.echo("autotune: interrupted", err=True)
         raise typer.Exit(130) from None
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     from tuner.render import render_summary
 
     typer.echo(render_summary(report, str(out_dir)))
@@ -317,7 +321,9 @@ def probe_cmd(
     from tuner.probe_run import ProbeError, parse_params, probe
     from tuner.render import render_probe
 
-    signal.signal(signal.SIGTERM, _sigterm)
+    # SIGTERM runs Ctrl-C's clean-up while the command runs; the caller's handler comes back
+    # after (a test runner in the same process keeps its own).
+    previous = signal.signal(signal.SIGTERM, _sigterm)
     try:
         result = probe(
             workload=wl,
@@ -340,6 +346,8 @@ def probe_cmd(
     except KeyboardInterrupt:
         typer.echo("autotune: interrupted", err=True)
         raise typer.Exit(130) from None
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     typer.echo(render_probe(result))
     if json_path is not None:
         from tuner.report import dump_json, write_atomic
