@@ -153,11 +153,13 @@ def _next(
         nxt = axis.floor(min(want, hi))
     else:
         over = max(last.verdict.worst_margin + headroom, 0.05)
+        # The search's short points were optimistic: step down to where the refit (with this
+        # full-size point in it) crosses, and at least as far as the latency must fall; but not
+        # below 0.7 x the load in one step, because near saturation latency explodes with load
+        # (under open-loop arrivals above all) and falls as steeply below it.
         by_margin = last.load / (1.0 + over) if math.isfinite(over) else last.load / 2
-        # The search's short points were optimistic: step down by at least as much as the
-        # latency must fall, further where the refit says so.
         refit = est.load if est is not None and est.load is not None else by_margin
-        want = min(by_margin, refit)
+        want = max(min(by_margin, refit), 0.7 * last.load)
         nxt = axis.floor(min(want, last.load - axis.step(last.load)))
     if nxt >= hi:
         nxt = axis.floor(hi - axis.step(hi))

@@ -135,6 +135,7 @@ class TuneOptions(BaseModel):
     search_point_s: float = 15.0  # a rate point's arrivals span at least this long
     salt: str | None = None  # the workload's random salt (default: fresh per run)
     side_by_side: bool = True  # repeat two configurations too close to call, interleaved
+    confirm_baseline: bool = True  # confirm the baseline too, so the gain is confirmed/confirmed
     tie_band: float = TIE_BAND  # estimates closer than this are too close to call
     search_min_requests: int = 40
     search_requests_per_slot: float = 3.0
@@ -244,15 +245,20 @@ class Runner:
         # A different seed (so a different salt) per load point: no prefix-cache reuse.
         return self.rng.getrandbits(31)
 
-    def _n_search(self, x: float) -> int:
-        """A search point's requests: a few per client slot (closed loop), or enough arrivals
-        to span ``search_point_s`` (open loop)."""
-        per = (
-            self.opts.search_requests_per_slot
-            if self.axis.kind == "concurrency"
-            else (self.opts.search_point_s)
-        )
-        return max(self.opts.search_min_requests, math.ceil(per * x))
+    def _n_search(self, x: float, trial: TrialReport | None = None) -> int:
+        """A search point's requests: a few per client slot (closed loop); open loop, enough
+        arrivals to span ``search_point_s`` and at least three request lifetimes (the trial's
+        last E2E p50). A rate a little over what the server sustains builds its queue slowly:
+        a span shorter than a few lifetimes ends before the queue shows in the latency, and
+        the point holds where a longer run breaks."""
+        if self.axis.kind == "concurrency":
+            return max(
+                self.opts.search_min_requests, math.ceil(self.opts.search_requests_per_slot * x)
+            )
+        span = self.opts.search_point_s
+        if trial is not None and trial.points and (e2e := trial.points[-1].metrics.e2e_ms.p50):
+            span = max(span, 3.0 * e2e / 1000.0)
+        return max(self.opts.search_min_requests, math.ceil(span * x))
 
     def _load(self, x: float) -> dict[str, float]:
         """A load as report.json writes it: ``{"concurrency": N}`` or ``{"rate_rps": R}``."""
@@ -541,7 +547,7 @@ class Runner:
             self.say(f"{label}: abandoned: {trial.error}")
             return
         cap = find_capacity(
-            lambda x: self._point(server, trial, tdir, x, self._n_search(x), label),
+            lambda x: self._point(server, trial, tdir, x, self._n_search(x, trial), label),
             start=start,
             axis=self.axis,
             abandon=None if baseline else self._abandon_rule(trial, best),
@@ -549,8 +555,10 @@ class Runner:
             should_stop=self._points_time_left,
         )
         self._score(trial, cap.abandoned)
-        if baseline and trial.status == "ok":
-            self.baseline_confirmed = self._confirm_on(server, trial, tdir, "baseline confirmation")
+        if baseline and trial.status == "ok" and self.opts.confirm_baseline and self.launches:
+            self.baseline_confirmed = self._confirm_on(
+                server, trial, tdir, "baseline confirmation", baseline=True
+            )
         if trial.quality is not None:
             if trial.metrics is not None:
                 trial.metrics.quality = trial.quality
@@ -585,7 +593,7 @@ class Runner:
         if len(loads) == 2 and loads[1] <= loads[0] * 1.05:
             loads, rounds = loads[:1], 2  # one load, measured twice each (A-B-B-A)
         rps = trial.metrics.requests_per_s if trial.metrics else 1.0
-        point_s = sum(self._n_search(x) for x in loads) * 2 * rounds / max(rps, 1e-3)
+        point_s = sum(self._n_search(x, trial) for x in loads) * 2 * rounds / max(rps, 1e-3)
         need = (best.startup_s or 60.0) + (best.warmup_s or 20.0) + point_s
         if time.monotonic() + need + self._confirm_estimate_s() > self.deadline:
             self.notes.append(
@@ -606,10 +614,10 @@ class Runner:
                 run = side_by_side(
                     {
                         "a": lambda x: self._point(
-                            other, best, bdir, x, self._n_search(x), labels[0], True
+                            other, best, bdir, x, self._n_search(x, best), labels[0], True
                         ),
                         "b": lambda x: self._point(
-                            server, trial, tdir, x, self._n_search(x), labels[1], True
+                            server, trial, tdir, x, self._n_search(x, trial), labels[1], True
                         ),
                     },
                     loads,
@@ -933,7 +941,7 @@ class Runner:
         if best is None or best.metrics is None or not best.load:
             return startup + warmup + 60.0
         x = self._load_of(best) or 1.0
-        point = self._n_search(x) / max(best.metrics.requests_per_s, 1e-3)
+        point = self._n_search(x, best) / max(best.metrics.requests_per_s, 1e-3)
         return startup + warmup + point
 
     def _confirm_estimate_s(self) -> float:
@@ -1195,30 +1203,44 @@ class Runner:
 
     # ----------------------------------------------------------------- confirmation
     def _confirm_on(
-        self, server: RunningServer, trial: TrialReport, cdir: Path, label: str
+        self,
+        server: RunningServer,
+        trial: TrialReport,
+        cdir: Path,
+        label: str,
+        *,
+        baseline: bool = False,
     ) -> Recommendation | None:
         """Confirm a configuration on a running server (tuner/confirm.py): its load with
-        headroom, the full sample, refined within the budget. None when the budget has no
-        room for even one full-size try (the caller says so)."""
+        headroom, the full sample, refined within the budget. The baseline's confirmation
+        keeps the time one trial and the final confirmation need, and has two tries at most
+        under a budget. None when the budget has no room for even one full-size try."""
         rps = trial.metrics.requests_per_s if trial.metrics else 1.0
+        e2e_s = (trial.metrics.e2e_ms.p50 or 0.0) / 1000.0 if trial.metrics else 0.0
         est0 = self._estimate(trial.number, level=-self.opts.headroom)
-        first = self.axis.floor(est0.load) if est0 is not None and est0.load else None
-        n0 = self._n_confirm(first or 1.0)
-        if self.opts.time_budget_s is not None and trial.stage == "baseline":
-            need = n0 / max(rps, 1e-3) + self._trial_min_s() + self._confirm_estimate_s()
-            if self.deadline - time.monotonic() < need:
-                self.notes.append(
-                    f"the time budget left no room to confirm the baseline ({n0} requests, about "
-                    f"{n0 / max(rps, 1e-3):.0f} s): its figure is the search estimate, and no "
-                    "gain is divided across a confirmed and an unconfirmed figure"
-                )
-                self.say(f"{label}: skipped (time budget)")
-                return None
-        cdir.mkdir(parents=True, exist_ok=True)
+        first = self.axis.floor(est0.load) if est0 is not None and est0.load else 1.0
+        budgeted = self.opts.time_budget_s is not None
+        reserve = self._trial_min_s() + self._confirm_estimate_s() if baseline else 0.0
 
         def n_for(x: float) -> int:
-            left = self.deadline - time.monotonic() - 10.0
+            left = self.deadline - time.monotonic() - 10.0 - reserve
             return self._n_confirm_fit(x, rps, left if math.isfinite(left) else None)
+
+        def try_s(x: float) -> float:
+            """About how long one try takes: its arrivals (or its requests at the measured
+            rate), then the last ones' lifetime."""
+            per_s = x if self.axis.kind == "rate" else rps
+            return n_for(x) / max(per_s, 1e-3) + e2e_s
+
+        if budgeted and baseline and time.monotonic() + try_s(first) + reserve > self.deadline:
+            self.notes.append(
+                f"the time budget left no room to confirm the baseline (about "
+                f"{try_s(first):.0f} s for one try): its figure is the search estimate, and no "
+                "gain is divided across a confirmed and an unconfirmed figure"
+            )
+            self.say(f"{label}: skipped (time budget)")
+            return None
+        cdir.mkdir(parents=True, exist_ok=True)
 
         def measure(x: float) -> Try:
             n = n_for(x)
@@ -1234,14 +1256,14 @@ class Runner:
             return Try(x, Samples.from_records(x, records, metrics.duration_s), v, metrics)
 
         def may_try(x: float) -> str | None:
-            need = n_for(x) / max(rps, 1e-3)
-            if time.monotonic() + need > self.deadline:
+            need = try_s(x)
+            if time.monotonic() + need + reserve > self.deadline:
                 return f"time budget: another try at {self.axis.label(x)} needs about {need:.0f} s"
             return None
 
         self.say(
-            f"{label}: trial {trial.number} at {self.axis.label(first or 0)} (latency at "
-            f"{1 - self.opts.headroom:.0%} of its limit by the fit) with {n0} requests"
+            f"{label}: trial {trial.number} at {self.axis.label(first)} (latency at "
+            f"{1 - self.opts.headroom:.0%} of its limit by the fit) with {n_for(first)} requests"
         )
         res = confirm(
             measure,
@@ -1249,6 +1271,7 @@ class Runner:
             cons=self.cons,
             axis=self.axis,
             headroom=self.opts.headroom,
+            max_tries=2 if baseline and budgeted else 3,
             may_try=may_try,
         )
         return self._recommendation(trial, res, label)
@@ -1315,6 +1338,17 @@ class Runner:
             self.say("no configuration met the SLOs at any load: nothing to recommend")
             self.notes.append("no configuration met the SLOs; loosen the SLOs or the workload")
             return
+        if best.number == 0 and self.baseline_confirmed is not None:
+            # Nothing beat the baseline, and it was confirmed on its own fresh start already.
+            rec = self.baseline_confirmed.model_copy()
+            rec.gain_vs_baseline, rec.gain_basis = 1.0, "the baseline is the recommendation"
+            rec.confirmation = (
+                "the baseline's own fresh start from its launch command, confirmed after its "
+                "search: "
+                + ", ".join(self.axis.label(float(t.load[self.axis.key])) for t in rec.tries)
+            )
+            self.recommended = rec
+            return
         spec = (
             LaunchSpec(best.launch_command, best.env).with_port(free_port())
             if self.launches
@@ -1325,13 +1359,14 @@ class Runner:
         try:
             with self._server(spec, cdir / "server.log") as server:
                 self._warmup(server, self.axis.floor(self._load_of(best) or 1.0))
-                rec = self._confirm_on(server, best, cdir, "confirmation")
+                confirmed = self._confirm_on(server, best, cdir, "confirmation")
         except EngineStartError as exc:
             self.notes.append(f"confirmation failed to start: {exc}")
             self.say(f"confirmation: failed to start: {exc}")
             return
-        if rec is None:
+        if confirmed is None:
             return
+        rec = confirmed
         base = self.baseline_confirmed
         loads = ", ".join(self.axis.label(float(t.load[self.axis.key])) for t in rec.tries)
         how = (

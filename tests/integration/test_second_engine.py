@@ -26,6 +26,8 @@ from tuner.models import resolve_model
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
 SMALL = dict(
+    load_model="concurrency",
+    confirm_baseline=False,  # a static transformers baseline serves ~0.3 requests/s
     start_concurrency=2,
     max_concurrency=8,
     search_min_requests=8,

@@ -47,10 +47,10 @@ def test_short_tuning_run(tmp_path: Path) -> None:
         trials=1,
         output_dir=tmp_path,
         space_file=CI_SPACE,
-        start_concurrency=4,
-        max_concurrency=8,
+        # The default load model: open-loop Poisson arrivals, starting from what the probe's
+        # load point sustained; short points for CI.
+        search_point_s=2.0,
         search_min_requests=12,
-        search_requests_per_slot=2,
         confirm_requests=24,
         startup_timeout_s=400,
         stages=["batching"],
@@ -65,8 +65,11 @@ def test_short_tuning_run(tmp_path: Path) -> None:
         "kind": "synthetic",
         "input_len": 64,
         "output_len": 16,
+        "spread": 0.0,
         "spec": "synthetic:input=64,output=16",
     }
+    assert data["load"] == {"model": "rate", "unit": "requests/s"}
+    assert len(data["salt"]) == 8
     assert data["slo"] == [{"metric": "ttft", "percentile": 99, "limit_ms": 20000.0}]
     base = data["baseline"]
     assert base["status"] == "ok", base
@@ -79,9 +82,15 @@ def test_short_tuning_run(tmp_path: Path) -> None:
             assert len(recs) == p["metrics"]["n_requests"]
             first = json.loads(recs[0])
             assert first["n_prompt"] == 64 == first["n_prompt_expected"]
+    assert all(set(p["load"]) == {"rate_rps"} for p in base["points"])
+    est = base["estimate"]
+    assert est is not None and est["n_points"] >= 1 and est["low"] <= base["score_tokens_per_s"]
     rec = data["recommended"]
     assert rec is not None
-    assert rec["load"]["concurrency"] >= 1
+    assert rec["load"]["rate_rps"] > 0
+    assert rec["tries"] and all(t["n_requests"] >= 24 for t in rec["tries"])
+    base_c = data["baseline_confirmation"]
+    assert base_c is not None and base_c["n_requests"] >= 24 and set(base_c["load"]) == {"rate_rps"}
     m = rec["metrics"]
     for key in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms"):
         assert set(m[key]) >= {"mean", "p50", "p90", "p95", "p99"}
@@ -96,7 +105,8 @@ def test_short_tuning_run(tmp_path: Path) -> None:
     assert Path(argv[0]).is_absolute() and "--port" in argv
     assert argv[argv.index("--model") + 1].startswith("/")
     assert all(isinstance(v, str) for v in rec["env"].values())
-    assert data["timing"]["engine_starts"] == 3  # baseline, one trial, the confirmation
+    # baseline, one trial, the confirmation, and a restart per side-by-side repeat
+    assert data["timing"]["engine_starts"] == 3 + len(data["comparisons"])
     assert [(s["name"], s["status"]) for s in data["stages"]] == [
         ("batching", "run"),
         ("quantisation", "skipped"),
@@ -125,6 +135,8 @@ def test_quality_gate_and_exactness_on_the_embedded_default(tmp_path: Path) -> N
         space_file=CI_SPACE,
         stages=["quantisation", "speculative"],
         probe=False,
+        load_model="concurrency",
+        confirm_baseline=False,
         start_concurrency=4,
         max_concurrency=8,
         search_min_requests=12,

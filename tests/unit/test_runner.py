@@ -416,7 +416,9 @@ def test_rate_load_model_searches_requests_per_second(tmp_path: Path) -> None:
     assert report.load == {"model": "rate", "unit": "requests/s"}
     rec = report.recommended
     assert rec is not None and set(rec.load) == {"rate_rps"}
-    assert rec.load["rate_rps"] <= base.load["rate_rps"]  # confirmed under the capacity
+    # The first try is where the fit puts latency at 90 % of the limit: under the capacity
+    # (later tries may move up where the full-size points show more room).
+    assert rec.tries[0].load["rate_rps"] <= base.load["rate_rps"]
     data = json.loads((Path(report.baseline.points[0].records_file)).read_text().splitlines()[0])
     assert data["t_sched"] is not None
 
