@@ -13,7 +13,9 @@ from all of the configuration's points instead:
    bracket it. Below the lowest load or above the highest, nothing is extrapolated: the
    estimate says it is censored there.
 3. The score is the output tokens/s at that load, fitted monotone non-decreasing in load too,
-   linearly interpolated (proportional to load below the lowest point).
+   linearly interpolated (proportional to load below the lowest point). A point's tokens/s is
+   its output tokens over ``Samples.duration_s``, which the caller chooses: the measured
+   window (closed loop) or the arrival span (open loop: rate x tokens per request).
 4. The interval comes from a bootstrap over requests: each point's requests are resampled with
    replacement (its window kept), steps 1-3 repeated, and the 5th and 95th percentiles taken.
    Where a resample's capacity lies below every measured load, its pessimistic score is 0 and
@@ -122,6 +124,12 @@ class CapacityEstimate(BaseModel):
     censored: Literal["none", "below", "above"]
     binding: str | None  # the constraint that crosses first
     level: float = 0.0  # the margin level crossed (0: the limit; -0.1: 10 % headroom)
+    # The measured loads the crossing lies between (the last that held by the fit, the first
+    # that did not) and the fitted tokens/s there: what the points say without interpolating.
+    # The bootstrap interval is narrower where the latency curve is steep between them; it
+    # sees the sampling noise of the requests, not where between two points the curve bends.
+    bracket_load: tuple[float, float] | None = None
+    bracket_tokens_per_s: tuple[float, float] | None = None
     n_points: int
     n_requests: int
     resamples: int
@@ -200,6 +208,8 @@ class _Eval:
     pessimistic: float
     optimistic: float
     point: float
+    bracket: tuple[float, float] | None = None  # measured loads around the crossing
+    bracket_tokens: tuple[float, float] | None = None  # fitted tokens/s at those loads
 
 
 def _evaluate(
@@ -223,7 +233,10 @@ def _evaluate(
         saturated = t.size >= 2 and top < SATURATION_GAIN * float(t[-2])
         return _Eval(cross, None, top, top * SATURATION_GAIN if saturated else math.inf, top)
     v = _tokens_at(loads, t, cross)
-    return _Eval(cross, binding, v, v, v)
+    k = int(np.searchsorted(loads, cross, side="left"))
+    k = min(max(k, 1), loads.size - 1)
+    lo, hi = float(loads[k - 1]), float(loads[k])
+    return _Eval(cross, binding, v, v, v, (lo, hi), (_tokens_at(loads, t, lo), float(t[k])))
 
 
 def estimate(
@@ -319,6 +332,8 @@ def estimate(
         censored=censored,
         binding=point.binding,
         level=level,
+        bracket_load=point.bracket,
+        bracket_tokens_per_s=point.bracket_tokens,
         n_points=len(pts),
         n_requests=int(weights.sum()),
         resamples=resamples,

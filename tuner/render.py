@@ -252,6 +252,16 @@ def render_markdown(r: Report) -> str:
             ),
             *(
                 [
+                    f"- Sustained output at that rate: {rec.sustained_output_tokens_per_s:.0f} "
+                    "tokens/s (the rate x output tokens per request, what the search scores; "
+                    "the figure above is the window's, with the drain of the last requests "
+                    "inside, as vLLM's client counts it)"
+                ]
+                if rec.sustained_output_tokens_per_s is not None and "rate_rps" in rec.load
+                else []
+            ),
+            *(
+                [
                     f"- Baseline, confirmed the same way: {base_c.metrics.output_tokens_per_s:.0f}"
                     f" tokens/s at {load_text(base_c.load)} "
                     f"({'meets' if base_c.meets_slo else 'does not meet'} the SLOs)"

@@ -132,6 +132,10 @@ class Recommendation(Strict):
     n_requests: int
     from_trial: int
     search_score_tokens_per_s: float
+    # Under the rate model: the rate x output tokens per request (what the search scores);
+    # ``metrics.output_tokens_per_s`` is the window's figure (vLLM's convention: the drain of
+    # the last requests inside), lower by the drain's share of the window.
+    sustained_output_tokens_per_s: float | None = None
     search_estimate: CapacityEstimate | None = None  # the trial's estimate from its search
     capacity: CapacityEstimate | None = None  # search and confirmation points together
     tries: list[ConfirmTry] = []

@@ -817,6 +817,15 @@ class Runner:
             trial.metrics = max(held, key=self._point_load).metrics
         return est
 
+    def _score_window(self, x: float, n: int, metrics: LoadMetrics) -> float:
+        """The window a point's score divides its output tokens by. Closed loop: the measured
+        window. Open loop: the arrival span the rate asked for (n / rate), so the score is the
+        rate times the output tokens per request, the output a service gets at that rate when
+        it keeps up. The measured window also holds the drain of the last requests, a share
+        that depends on how many requests the point sent, so points of different lengths
+        would not compare."""
+        return metrics.duration_s if self.axis.kind == "concurrency" else n / x
+
     def _point_load(self, p: PointReport) -> float:
         return float(p.load[self.axis.key])
 
@@ -903,7 +912,7 @@ class Runner:
         rfile = tdir / f"{_load_slug(self.axis, x)}-{len(trial.points)}.jsonl"
         _write_records(rfile, records)
         self.samples.setdefault(trial.number, []).append(
-            Samples.from_records(x, records, metrics.duration_s)
+            Samples.from_records(x, records, self._score_window(x, len(records), metrics))
         )
         trial.points.append(
             PointReport(
@@ -945,12 +954,18 @@ class Runner:
         return startup + warmup + point
 
     def _confirm_estimate_s(self) -> float:
+        """What the final confirmation needs: a start, a warm-up and two full-size tries (the
+        first at the fitted headroom load is at the edge of the noise often enough that a
+        second, lower one must fit)."""
         best = self._best()
         if best is None or best.metrics is None:
             return 0.0
         x = self._load_of(best) or 1.0
         rps = max(best.metrics.requests_per_s, 1e-3)
-        return (best.startup_s or 60.0) + 30.0 + self._n_confirm_fit(x, rps) / rps
+        per_s = x if self.axis.kind == "rate" else rps
+        e2e_s = (best.metrics.e2e_ms.p50 or 0.0) / 1000.0
+        one_try = self._n_confirm_fit(x, rps) / max(per_s, 1e-3) + e2e_s
+        return (best.startup_s or 60.0) + 30.0 + 2 * one_try
 
     def _time_left_reason(self, started: list[int] | None = None) -> str | None:
         now = time.monotonic()
@@ -1128,7 +1143,8 @@ class Runner:
                     best_trial=best_trial.number if best_trial else None,
                     gain=gain,
                     contrast=self._contrast(stage, numbers, before),
-                    prediction_held=_prediction_held(expected, gain),
+                    # Without a trial of its own, the stage checked no prediction.
+                    prediction_held=_prediction_held(expected, gain) if numbers else None,
                 )
             )
             self.say(
@@ -1253,7 +1269,8 @@ class Runner:
             v = judge(metrics, self.opts.slos, self.opts.max_error_rate)
             _write_records(cdir / f"{_load_slug(self.axis, x)}.jsonl", records)
             self.say(f"{label}: {self.axis.label(x):<10} {_point_line(metrics, v)}")
-            return Try(x, Samples.from_records(x, records, metrics.duration_s), v, metrics)
+            samples = Samples.from_records(x, records, self._score_window(x, len(records), metrics))
+            return Try(x, samples, v, metrics)
 
         def may_try(x: float) -> str | None:
             need = try_s(x)
@@ -1315,6 +1332,11 @@ class Runner:
             n_requests=m.n_requests,
             from_trial=trial.number,
             search_score_tokens_per_s=trial.score_tokens_per_s or 0.0,
+            sustained_output_tokens_per_s=(
+                pick.load * (m.mean_output_tokens or 0.0) * (1.0 - m.error_rate)
+                if self.axis.kind == "rate"
+                else m.output_tokens_per_s
+            ),
             search_estimate=trial.estimate,
             capacity=capacity,
             tries=[

@@ -47,6 +47,8 @@ def test_crossing_is_interpolated_between_the_bracketing_points() -> None:
     assert est.tokens_per_s == pytest.approx(200.0)  # 10 tok/s per unit of load, interpolated
     assert est.binding == "ttft@p99"
     assert est.n_points == 4 and est.n_requests == 400
+    assert est.bracket_load == (16.0, 24.0)  # held at 16, broke at 24
+    assert est.bracket_tokens_per_s == pytest.approx((160.0, 240.0))
 
 
 def test_headroom_level_gives_the_load_that_keeps_latency_under_ninety_percent() -> None:
