@@ -1403,7 +1403,13 @@ class Runner:
             rec.gain_vs_baseline = (
                 rec.metrics.output_tokens_per_s / base.metrics.output_tokens_per_s
             )
-            rec.gain_basis = "confirmed over confirmed (both full-sample, with the headroom)"
+            met = [name for name, r in (("it", rec), ("the baseline", base)) if not r.meets_slo]
+            rec.gain_basis = "confirmed over confirmed" + (
+                f" (full-size measurements; {' and '.join(met)} did not meet every SLO with "
+                "the headroom)"
+                if met
+                else " (both full-sample, with the headroom)"
+            )
         elif best.number == 0:
             rec.gain_vs_baseline = 1.0
             rec.gain_basis = "the baseline is the recommendation"
