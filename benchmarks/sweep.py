@@ -412,8 +412,10 @@ def measure_config(
     warmup_prompts: int = 32,
     startup_timeout_s: float = 400.0,
     then: Callable[[str, str, Path], Result] | None = None,
+    sweep: bool = True,
 ) -> Result:
-    """Start one config fresh, warm it up, find its capacity, then run ``then`` on it.
+    """Start one config fresh, warm it up, find its capacity (unless ``sweep`` is False), then
+    run ``then`` on it.
 
     Args:
         label: the config's name in prints.
@@ -444,11 +446,13 @@ def measure_config(
                 res = client.run(url, model, c0, warmup_prompts, d, "warmup")
                 out["warmup_s"] = time.monotonic() - t0
                 show_point("warmup", f"c{c0['concurrency']}", res, [])
-            out["capacity"] = capacity(client, url, model, lm, opts, d)
+            if sweep:
+                out["capacity"] = capacity(client, url, model, lm, opts, d)
             if then is not None:
                 out["then"] = then(url, model, d)
     except EngineStartError as exc:
         out["error"] = f"failed to start: {exc}"
         print(f"  FAIL: {label} {out['error']}")
-    print(f"  {label}: capacity {describe_capacity(lm, out.get('capacity'))}", flush=True)
+    if sweep:
+        print(f"  {label}: capacity {describe_capacity(lm, out.get('capacity'))}", flush=True)
     return out

@@ -16,6 +16,9 @@ For the recommended config it then checks the claim on the same running server: 
 ``--claim-prompts`` prompts at ``recommended.load`` (in the report's own load model), PASS when
 every SLO holds and output tokens/s is within ``--tolerance`` (10 %) of the claimed figure.
 
+``--claim-only`` skips the capacity sweeps: each repeat is a fresh start of the recommended
+config and one claim check (the quick test of "the claim holds under another client").
+
 The pair is repeated ``--repeats`` times, interleaved (baseline, recommended, baseline, ...),
 each a fresh start, so that the noise of a shared machine hits both alike. How to read the
 summary (medians over the repeats, side by side):
@@ -193,6 +196,7 @@ def main() -> int:
     add("--repeats", type=int, default=2, help="interleaved baseline/recommended pairs (2)")
     add("--claim-prompts", type=int, default=400, help="prompts of the claim check (400)")
     add("--tolerance", type=float, default=0.10, help="claim check's throughput tolerance (0.10)")
+    add("--claim-only", action="store_true", help="per repeat: a fresh start and the claim only")
     add_sweep_args(p, load_default=None)
     args = p.parse_args()
 
@@ -225,6 +229,8 @@ def main() -> int:
         "options": {k: str(v) for k, v in vars(args).items()}, "repeats": [],
     }  # fmt: skip
     check = claim_check(client, report, args)
+    if args.claim_only:
+        return claims_only(report, args, client, lm, opts, out, doc, check)
     for i in range(1, args.repeats + 1):
         pair: Result = {}
         doc["repeats"].append(pair)
@@ -243,6 +249,46 @@ def main() -> int:
     doc["summary"] = summarize(doc["repeats"], report, lm)
     write_atomic(out / "bench.json", json.dumps(doc, indent=2, default=str).encode())
     print(f"\nwrote {out / 'bench.json'}")
+    return 0
+
+
+def claims_only(
+    report: Result,
+    args: argparse.Namespace,
+    client: VLLMClient,
+    lm: LoadModel,
+    opts: SweepOptions,
+    out: Path,
+    doc: Result,
+    check: Callable[[str, str, Path], Result],
+) -> int:
+    """``--claim-only``: per repeat, a fresh start of the recommended config and its claim."""
+    rec = report["recommended"]
+    spec = LaunchSpec(list(rec["launch_command"]), dict(rec.get("env") or {}))
+    claims: list[Result] = []
+    for i in range(1, args.repeats + 1):
+        x = measure_config(
+            f"r{i} recommended", spec, out / f"r{i}-recommended", client, lm, opts,
+            warmup_prompts=args.warmup_prompts, startup_timeout_s=args.startup_timeout,
+            then=check, sweep=False,
+        )  # fmt: skip
+        claims.append(x.get("then") or {"pass": False, "error": x.get("error")})
+        doc["repeats"].append({"recommended": x})
+        write_atomic(out / "bench.json", json.dumps(doc, indent=2, default=str).encode())
+    ratios = [c.get("ratio") for c in claims if c.get("ratio") is not None]
+    print(f"\n=== claim checks at {rec['load']} ({args.claim_prompts} prompts, vLLM's client)")
+    for i, c in enumerate(claims, 1):
+        slo = "held" if c.get("slo_pass") else "; ".join(c.get("slo_broken") or ["not run"])
+        print(
+            f"  repeat {i}: {'PASS' if c.get('pass') else 'FAIL'} (throughput ratio"
+            f" {fmt(c.get('ratio'), '.3f')}; SLOs {slo})"
+        )
+    print(
+        f"  {sum(bool(c.get('pass')) for c in claims)} of {len(claims)} passed; median ratio"
+        f" {fmt(statistics.median(ratios) if ratios else None, '.3f')}"
+    )
+    doc["summary"] = {"claims": claims}
+    write_atomic(out / "bench.json", json.dumps(doc, indent=2, default=str).encode())
     return 0
 
 

@@ -31,6 +31,8 @@ from probes.metrics import Verdict
 from tuner.capacity import LoadAxis
 from tuner.estimate import Constraint, Samples, estimate
 
+STEP_DOWN_FLOOR = 0.85  # the lowest fraction of a missed load the next try goes to
+
 
 @dataclass
 class Try:
@@ -155,11 +157,12 @@ def _next(
         over = max(last.verdict.worst_margin + headroom, 0.05)
         # The search's short points were optimistic: step down to where the refit (with this
         # full-size point in it) crosses, and at least as far as the latency must fall; but not
-        # below 0.7 x the load in one step, because near saturation latency explodes with load
-        # (under open-loop arrivals above all) and falls as steeply below it.
+        # below 0.85 x the load in one step, because near saturation latency explodes with load
+        # (under open-loop arrivals above all) and falls as steeply below it: a miss at the
+        # edge says little about how far under it the SLO holds again.
         by_margin = last.load / (1.0 + over) if math.isfinite(over) else last.load / 2
         refit = est.load if est is not None and est.load is not None else by_margin
-        want = max(min(by_margin, refit), 0.7 * last.load)
+        want = max(min(by_margin, refit), STEP_DOWN_FLOOR * last.load)
         nxt = axis.floor(min(want, last.load - axis.step(last.load)))
     if nxt >= hi:
         nxt = axis.floor(hi - axis.step(hi))
