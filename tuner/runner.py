@@ -552,7 +552,7 @@ class Runner:
             axis=self.axis,
             abandon=None if baseline else self._abandon_rule(trial, best),
             max_points=7 if self.launches else max(1, self.opts.trials),
-            should_stop=self._points_time_left,
+            should_stop=partial(self._points_time_left, trial),
         )
         self._score(trial, cap.abandoned)
         if baseline and trial.status == "ok" and self.opts.confirm_baseline and self.launches:
@@ -622,7 +622,7 @@ class Runner:
                     },
                     loads,
                     rounds=rounds,
-                    should_stop=self._points_time_left,
+                    should_stop=partial(self._points_time_left, trial),
                 )
         except EngineStartError as exc:
             self.notes.append(f"side by side with trial {best.number}: it failed to start: {exc}")
@@ -991,9 +991,14 @@ class Runner:
         share = n_trials / max(1, n_trials + later_trials)
         self.stage_deadline = time.monotonic() + max(0.0, left) * share
 
-    def _points_time_left(self) -> str | None:
-        """Stop a capacity search early when the budget must keep time for the confirmation."""
-        if time.monotonic() + self._confirm_estimate_s() > self.deadline:
+    def _points_time_left(self, trial: TrialReport | None = None) -> str | None:
+        """Stop a capacity search early when the budget must keep time for the confirmation:
+        the next point (about as long as the trial's last one) must fit before it."""
+        last_s = 0.0
+        if trial is not None and trial.points:
+            m = trial.points[-1].metrics
+            last_s = m.duration_s
+        if time.monotonic() + last_s + self._confirm_estimate_s() > self.deadline:
             return "time budget: stopped measuring to keep time for the confirmation"
         return None
 
@@ -1399,7 +1404,16 @@ class Runner:
             f"then {rec.n_requests} requests"
         )
         rec.confirmation = how
-        if base is not None and base.metrics.output_tokens_per_s > 0:
+        need = self.opts.confirm_requests or self.opts.slos.requests_needed
+        if base is not None and min(rec.n_requests, base.n_requests) < need:
+            # A figure from fewer requests than the percentile needs (the budget cut it) has
+            # a window mostly of ramp-up and drain: no ratio of it means anything.
+            short = "the recommendation's" if rec.n_requests < need else "the baseline's"
+            rec.gain_basis = (
+                f"not computed: {short} confirmation had fewer requests than the SLO "
+                "percentile needs; compare the search estimates (trials[].estimate) instead"
+            )
+        elif base is not None and base.metrics.output_tokens_per_s > 0:
             rec.gain_vs_baseline = (
                 rec.metrics.output_tokens_per_s / base.metrics.output_tokens_per_s
             )
