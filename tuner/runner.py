@@ -247,17 +247,19 @@ class Runner:
 
     def _n_search(self, x: float, trial: TrialReport | None = None) -> int:
         """A search point's requests: a few per client slot (closed loop); open loop, enough
-        arrivals to span ``search_point_s`` and at least three request lifetimes (the trial's
-        last E2E p50). A rate a little over what the server sustains builds its queue slowly:
-        a span shorter than a few lifetimes ends before the queue shows in the latency, and
-        the point holds where a longer run breaks."""
+        arrivals to span ``search_point_s`` and at least three request lifetimes (E2E p50 of
+        the trial's highest point that held), at most four times ``search_point_s``. A rate a
+        little over what the server sustains builds its queue slowly: a span shorter than a
+        few lifetimes ends before the queue shows in the latency, and the point holds where a
+        longer run breaks. (An overloaded point's lifetimes are its queue, not a request's.)"""
         if self.axis.kind == "concurrency":
             return max(
                 self.opts.search_min_requests, math.ceil(self.opts.search_requests_per_slot * x)
             )
         span = self.opts.search_point_s
-        if trial is not None and trial.points and (e2e := trial.points[-1].metrics.e2e_ms.p50):
-            span = max(span, 3.0 * e2e / 1000.0)
+        held = [p for p in trial.points if p.verdict.holds] if trial is not None else []
+        if held and (e2e := max(held, key=self._point_load).metrics.e2e_ms.p50):
+            span = min(max(span, 3.0 * e2e / 1000.0), 4.0 * self.opts.search_point_s)
         return max(self.opts.search_min_requests, math.ceil(span * x))
 
     def _load(self, x: float) -> dict[str, float]:

@@ -50,6 +50,7 @@ def test_short_tuning_run(tmp_path: Path) -> None:
         # The default load model: open-loop Poisson arrivals, starting from what the probe's
         # load point sustained; short points for CI.
         search_point_s=2.0,
+        max_rate_rps=16.0,
         search_min_requests=12,
         confirm_requests=24,
         startup_timeout_s=400,
