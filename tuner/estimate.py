@@ -180,17 +180,18 @@ def _fit(y: np.ndarray, w: np.ndarray) -> np.ndarray:
     return np.asarray(isotonic_regression(y, weights=w, increasing=True).x, dtype=float)
 
 
-def _crossing(loads: np.ndarray, fitted: np.ndarray, level: float) -> float:
-    """The lowest load where the fitted margin rises above ``level``: -inf below every load,
-    +inf above every load, else interpolated between the two bracketing points."""
+def _crossing(loads: np.ndarray, fitted: np.ndarray, level: float) -> tuple[float, int]:
+    """The lowest load where the fitted margin rises above ``level``, and the index of the
+    first point over it: -inf below every load, +inf above every load, else interpolated
+    between points ``k - 1`` and ``k``."""
     over = np.nonzero(fitted > level)[0]
     if over.size == 0:
-        return math.inf
+        return math.inf, loads.size
     k = int(over[0])
     if k == 0:
-        return -math.inf
+        return -math.inf, 0
     l0, l1, m0, m1 = loads[k - 1], loads[k], fitted[k - 1], fitted[k]
-    return float(l0 + (level - m0) / (m1 - m0) * (l1 - l0))
+    return float(l0 + (level - m0) / (m1 - m0) * (l1 - l0)), k
 
 
 def _tokens_at(loads: np.ndarray, tput: np.ndarray, load: float) -> float:
@@ -219,11 +220,11 @@ def _evaluate(
     tput: np.ndarray,
     level: float,
 ) -> _Eval:
-    cross, binding = math.inf, None
+    cross, binding, k = math.inf, None, loads.size
     for key, m in margins.items():
-        x = _crossing(loads, _fit(m, weights), level)
+        x, kx = _crossing(loads, _fit(m, weights), level)
         if x < cross:
-            cross, binding = x, key
+            cross, binding, k = x, key, kx
     t = _fit(tput, weights)
     if cross == -math.inf:
         return _Eval(cross, binding, 0.0, float(t[0]), 0.0)
@@ -233,8 +234,6 @@ def _evaluate(
         saturated = t.size >= 2 and top < SATURATION_GAIN * float(t[-2])
         return _Eval(cross, None, top, top * SATURATION_GAIN if saturated else math.inf, top)
     v = _tokens_at(loads, t, cross)
-    k = int(np.searchsorted(loads, cross, side="left"))
-    k = min(max(k, 1), loads.size - 1)
     lo, hi = float(loads[k - 1]), float(loads[k])
     return _Eval(cross, binding, v, v, v, (lo, hi), (_tokens_at(loads, t, lo), float(t[k])))
 
