@@ -95,6 +95,10 @@ class LoadMetrics(BaseModel):
     prompt_token_mismatches: int
     client_cpu_pct: float | None = None
     kv_cache_peak_pct: float | None = None
+    # Open loop: TTFT's rise per second of arrivals (probes.drift), and the wait added to every
+    # request where the verdict judged the rate as if held for the drift horizon (0: as measured)
+    ttft_drift_ms_per_s: float | None = None
+    projected_wait_ms: float | None = None
     errors: dict[str, int] = {}
     # Samples over each latency SLO's limit, keyed "ttft@p99" (see slo_key)
     over_limit: dict[str, int] = {}

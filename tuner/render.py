@@ -6,6 +6,7 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
+from probes.drift import HORIZON_S
 from probes.exactness import describe
 from probes.metrics import Dist, LoadMetrics
 from probes.quality import QualityCheck
@@ -511,8 +512,8 @@ def _cap_load(cap: Any, like: dict[str, float]) -> dict[str, float]:
 
 
 def _hygiene(r: Report) -> list[str]:
-    """Prompt-token mismatches and output counts not taken from the server's usage: shown
-    only where they occurred."""
+    """Prompt-token mismatches, output counts not taken from the server's usage, and open-loop
+    points whose queue was still growing: shown only where they occurred."""
     seen: list[str] = []
     for t in [r.baseline, *r.trials]:
         if t is None:
@@ -527,6 +528,12 @@ def _hygiene(r: Report) -> list[str]:
                 )
             if m.n_out_source not in ("usage", "none"):
                 seen.append(f"{where}: output tokens counted from {m.n_out_source} (no usage)")
+            if m.projected_wait_ms:
+                seen.append(
+                    f"{where}: the queue was still growing (TTFT +{m.ttft_drift_ms_per_s:.0f} ms "
+                    f"per second of arrivals); judged as if the rate had been held "
+                    f"{HORIZON_S:.0f} s (+{_ms(m.projected_wait_ms)} of waiting)"
+                )
     if not seen:
         return []
     return ["## Measurement notes", "", *(f"- {x}" for x in seen[:20]), ""]

@@ -41,6 +41,7 @@ from pydantic import BaseModel, ConfigDict
 
 from probes.client import LoadClient, run_load
 from probes.diagnose import Diagnosis, run_diagnosis
+from probes.drift import project, queue_drift
 from probes.exactness import EXACT_TOKENS, Exactness, compare, describe, exact_prompts
 from probes.metrics import LoadMetrics, Verdict, judge, summarize
 from probes.quality import (
@@ -54,6 +55,7 @@ from probes.quality import (
     greedy_continuations,
     perplexity,
 )
+from probes.records import RequestRecord
 from probes.server_metrics import PeakSampler, delta, fetch_snapshot
 from probes.slo import SLOSet
 from probes.workload import SyntheticWorkload, Tokenizer, Workload, prepare_requests
@@ -842,7 +844,7 @@ class Runner:
             reqs = self._requests(server, n)
             run_load(self.client, reqs, concurrency=min(int(x), n), warmup=n)
         else:
-            n = max(4, min(math.ceil(5.0 * x), 32))
+            n = max(4, min(math.ceil(8.0 * x), 64))  # about 8 s of arrivals
             reqs = self._requests(server, n)
             run_load(self.client, reqs, rate_rps=x, warmup=n, seed=self._fresh_seed())
         dt = time.monotonic() - t0
@@ -891,6 +893,22 @@ class Runner:
                 _acceptance(metrics, server_delta)
         return metrics, res.records, server_delta
 
+    def _judge(
+        self, metrics: LoadMetrics, records: list[RequestRecord]
+    ) -> tuple[Verdict, list[RequestRecord]]:
+        """A point's verdict, and the records its samples are taken from. Open loop: judged as
+        if the rate had been held for probes.drift.HORIZON_S, so a queue that was still growing
+        when the point ended counts against it (the drift is kept on the metrics)."""
+        if self.axis.kind == "rate":
+            drift = queue_drift(records)
+            metrics.ttft_drift_ms_per_s = drift.slope * 1000.0
+            metrics.projected_wait_ms = drift.shift_s * 1000.0
+            if drift.growing:
+                records = project(records, drift)
+                judged = summarize(records, self.opts.slos, metrics.client_cpu_pct)
+                return judge(judged, self.opts.slos, self.opts.max_error_rate), records
+        return judge(metrics, self.opts.slos, self.opts.max_error_rate), records
+
     @staticmethod
     def _snapshot(server: RunningServer) -> dict[str, float] | None:
         try:
@@ -910,11 +928,11 @@ class Runner:
     ) -> PointOutcome:
         """Measure one load point of a trial; its records, samples and summary are kept."""
         metrics, records, server_delta = self._measure(server, x, n)
-        verdict = judge(metrics, self.opts.slos, self.opts.max_error_rate)
+        verdict, judged = self._judge(metrics, records)
         rfile = tdir / f"{_load_slug(self.axis, x)}-{len(trial.points)}.jsonl"
         _write_records(rfile, records)
         self.samples.setdefault(trial.number, []).append(
-            Samples.from_records(x, records, self._score_window(x, len(records), metrics))
+            Samples.from_records(x, judged, self._score_window(x, len(records), metrics))
         )
         trial.points.append(
             PointReport(
@@ -1273,10 +1291,10 @@ class Runner:
                     f"fewer than the {self._n_confirm(x)} the SLO percentile needs: provisional"
                 )
             metrics, records, _ = self._measure(server, x, n)
-            v = judge(metrics, self.opts.slos, self.opts.max_error_rate)
+            v, judged = self._judge(metrics, records)
             _write_records(cdir / f"{_load_slug(self.axis, x)}.jsonl", records)
             self.say(f"{label}: {self.axis.label(x):<10} {_point_line(metrics, v)}")
-            samples = Samples.from_records(x, records, self._score_window(x, len(records), metrics))
+            samples = Samples.from_records(x, judged, self._score_window(x, len(records), metrics))
             return Try(x, samples, v, metrics)
 
         def may_try(x: float) -> str | None:
@@ -1597,10 +1615,16 @@ def _point_line(m: LoadMetrics, v: Verdict) -> str:
 
     state = "holds" if v.holds else "breaks SLO"
     prov = " (provisional)" if v.provisional and v.holds else ""
+    growing = (
+        f" | queue growing: TTFT +{m.ttft_drift_ms_per_s:.0f} ms/s, judged "
+        f"+{ms(m.projected_wait_ms)}"
+        if m.projected_wait_ms
+        else ""
+    )
     return (
         f"{m.output_tokens_per_s:7.1f} tok/s | TTFT p50 {ms(m.ttft_ms.p50)} p99 {ms(m.ttft_ms.p99)}"
         f" | TPOT p50 {ms(m.tpot_ms.p50)} p99 {ms(m.tpot_ms.p99)} | n={m.n_requests}"
-        f" err={m.n_failed} | {state}{prov}"
+        f" err={m.n_failed}{growing} | {state}{prov}"
     )
 
 
