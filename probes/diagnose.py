@@ -7,8 +7,9 @@ Sweeps, each a few requests on the live server (fresh salts, so no prefix-cache 
 2. TPOT and output tokens/s against concurrency with the user's workload lengths: how decoding
    scales with the batch.
 3. The split of time between prefill and decoding at the user's load: from the client (TTFT
-   against E2E - TTFT) and, where the server exposes them, from deltas of vLLM's
-   ``vllm:request_prefill_time_seconds`` and ``vllm:request_decode_time_seconds`` around it.
+   against E2E - TTFT) and, where the server exposes them, from deltas of
+   the engine's prefill and decode time series (vLLM's ``vllm:request_prefill_time_seconds``
+   and ``vllm:request_decode_time_seconds``) around it.
 4. Roofline context (probes/roofline.py): copy bandwidth and bf16 matmul throughput measured on
    the device, the model's weight bytes, the last-level cache.
 
@@ -26,12 +27,9 @@ from pydantic import BaseModel, ConfigDict
 from probes.client import LoadClient, run_load
 from probes.metrics import LoadMetrics, summarize
 from probes.roofline import DeviceRates, ModelSize, measure_device, model_size, parse_cache_bytes
-from probes.server_metrics import delta, fetch_snapshot
+from probes.server_metrics import ServerSeries, delta, fetch_snapshot
 from probes.verdict import Verdict, decide
 from probes.workload import SyntheticWorkload, Tokenizer, Workload, prepare_requests
-
-PREFILL = "vllm:request_prefill_time_seconds_sum"
-DECODE = "vllm:request_decode_time_seconds_sum"
 
 
 class SweepPoint(BaseModel):
@@ -94,7 +92,7 @@ def run_diagnosis(
     workload: Workload,
     load_concurrency: int,
     max_model_len: int | None = None,
-    metrics_path: str | None = "/metrics",
+    series: ServerSeries | None = None,
     model_dir: str | None = None,
     llc_text: str | None = None,
     device: str = "cpu",
@@ -141,7 +139,7 @@ def run_diagnosis(
     client_share = server_share = None
     load_metrics: LoadMetrics | None = None
     for c in concs:
-        before = _snap(client.base_url, metrics_path) if c == load_c else None
+        before = _snap(client.base_url, series) if c == load_c else None
         m = measure(wl, max(2 * c, 4), c)
         decode.append(_point(m, in_len, out_len, c))
         progress(
@@ -153,10 +151,11 @@ def run_diagnosis(
             # 3. The split at the user's load.
             if m.e2e_ms.mean and m.ttft_ms.mean is not None:
                 client_share = m.ttft_ms.mean / m.e2e_ms.mean
-            after = _snap(client.base_url, metrics_path)
+            after = _snap(client.base_url, series)
             if before is not None and after is not None:
                 d = delta(before, after)
-                pre, dec = d.get(PREFILL), d.get(DECODE)
+                pre = d.get(series.prefill_time_sum or "") if series else None
+                dec = d.get(series.decode_time_sum or "") if series else None
                 if pre is not None and dec is not None and pre + dec > 0:
                     split_s = {"prefill_s": pre, "decode_s": dec}
                     server_share = pre / (pre + dec)
@@ -212,10 +211,10 @@ def run_diagnosis(
     )
 
 
-def _snap(base_url: str, path: str | None) -> dict[str, Any] | None:
-    if not path:
+def _snap(base_url: str, series: ServerSeries | None) -> dict[str, Any] | None:
+    if series is None:
         return None
     try:
-        return fetch_snapshot(base_url, path)
+        return fetch_snapshot(base_url, series.path)
     except Exception:
         return None

@@ -1,5 +1,8 @@
 """Server-side metrics from a Prometheus text endpoint (vLLM's ``/metrics``).
 
+- ``ServerSeries`` names the series autotune reads; each engine adapter gives its own (the names
+  are the engine's), so no engine's metric names live in the measuring code.
+
 - Snapshots before and after a window give deltas of counters and histogram ``_sum``/``_count``
   (e.g. ``vllm:request_prefill_time_seconds``, ``vllm:request_decode_time_seconds``).
 - A background sampler records the peak of gauges during the window (``vllm:kv_cache_usage_perc``,
@@ -13,12 +16,54 @@ from __future__ import annotations
 
 import http.client
 import threading
+from dataclasses import dataclass
 
 from prometheus_client.parser import text_string_to_metric_families
 
 from probes.http import request
 
 Snapshot = dict[str, float]  # sample name (with _sum/_count/_total suffixes) -> summed value
+
+
+@dataclass(frozen=True)
+class ServerSeries:
+    """The Prometheus series of one engine's server that autotune reads (None: it has none).
+
+    Gauges are sampled for their peak during a window; counters (and histogram ``_sum`` /
+    ``_count`` samples) are differenced over it and kept in report.json under their own names.
+    """
+
+    path: str = "/metrics"
+    kv_cache_usage: str | None = None  # gauge, a fraction of the KV cache in use
+    running: str | None = None  # gauge, requests being decoded
+    prefill_time_sum: str | None = None  # seconds spent in prefill, summed over requests
+    prefill_time_count: str | None = None
+    decode_time_sum: str | None = None  # seconds spent decoding, summed over requests
+    decode_time_count: str | None = None
+    queue_time_sum: str | None = None
+    preemptions: str | None = None
+    spec_drafts: str | None = None  # speculative decoding: drafts proposed
+    spec_draft_tokens: str | None = None  # ... tokens drafted
+    spec_accepted_tokens: str | None = None  # ... tokens accepted
+
+    @property
+    def gauges(self) -> tuple[str, ...]:
+        return tuple(g for g in (self.kv_cache_usage, self.running) if g)
+
+    @property
+    def counters(self) -> tuple[str, ...]:
+        names = (
+            self.prefill_time_sum,
+            self.prefill_time_count,
+            self.decode_time_sum,
+            self.decode_time_count,
+            self.queue_time_sum,
+            self.preemptions,
+            self.spec_drafts,
+            self.spec_draft_tokens,
+            self.spec_accepted_tokens,
+        )
+        return tuple(n for n in names if n)
 
 
 def fetch_snapshot(base_url: str, path: str = "/metrics", timeout_s: float = 5.0) -> Snapshot:

@@ -3,22 +3,21 @@
 from tuner.api import tune
 from probes.slo import parse_slos
 from probes.workload import parse_workload
-report, folder = tune(model="smollm2-135m", slos=parse_slos(["ttft=2s"]),
-                      workload=parse_workload("synthetic:input=128,output=64"), trials=4)
+from tuner.options import TuneOptions
+report, folder = tune(TuneOptions(model="smollm2-135m", slos=parse_slos(["ttft=2s"]),
+                      workload=parse_workload("synthetic:input=128,output=64"), trials=4))
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
-from probes.slo import SLOSet
-from probes.workload import Workload
 from tuner.engines import UnknownEngineError
 from tuner.engines.endpoint import EndpointError
 from tuner.models import ModelError
+from tuner.options import TuneOptions
 from tuner.report import Report
-from tuner.runner import Progress, Runner, TuneOptions
+from tuner.runner import Progress, Runner
 from tuner.space import SpaceError
 
 
@@ -26,21 +25,14 @@ class UserError(RuntimeError):
     """A problem the user can fix (model, engine, search space); the message says how."""
 
 
-def tune(
-    *,
-    model: str,
-    slos: SLOSet,
-    workload: Workload,
-    progress: Progress | None = None,
-    **options: Any,
-) -> tuple[Report, Path]:
-    """Run a tuning; returns the report and the folder holding it.
+def tune(opts: TuneOptions, progress: Progress | None = None) -> tuple[Report, Path]:
+    """Run a tuning; returns the report and the folder holding it. ``TuneOptions`` has already
+    checked its values (pydantic's ValidationError where one is out of range).
 
     Raises:
         UserError: an unknown model or engine, or an invalid search space.
         KeyboardInterrupt: after the partial report has been written.
     """
-    opts = TuneOptions(model=model, slos=slos, workload=workload, **options)
     try:
         runner = Runner(opts, progress) if progress else Runner(opts)
         report = runner.run()

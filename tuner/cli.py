@@ -44,17 +44,6 @@ def parse_duration(text: str) -> float:
     return sum(float(a) * {"h": 3600, "m": 60, "s": 1}[b] for a, b in parts)
 
 
-def _looks_local(value: str) -> bool:
-    return value.startswith(("/", ".", "~")) or Path(value).exists()
-
-
-def _abs(value: str | None) -> str | None:
-    """A local model folder as an absolute path (the engine runs elsewhere); a hub id as is."""
-    if value is None or not _looks_local(value):
-        return value
-    return str(Path(value).expanduser().resolve())
-
-
 def _sigterm(*_: object) -> None:
     raise KeyboardInterrupt  # run the same clean-up as Ctrl-C
 
@@ -154,23 +143,8 @@ def tune_cmd(
     from probes.slo import SLOError, parse_slos
     from probes.workload import WorkloadError, parse_workload
 
-    if engine == "endpoint":
-        if not endpoint:
-            fail("--engine endpoint needs --endpoint URL (the running server's root URL)")
-        if not re.match(r"^https?://[^/\s]+", endpoint):
-            fail(f"--endpoint {endpoint!r} is not an http(s) URL such as http://127.0.0.1:8000")
-    elif endpoint:
-        fail("--endpoint is for --engine endpoint (a server autotune does not start)")
-    elif not model:
-        fail("--model is required (try --model smollm2-135m)")
-    if trials < 0:
-        fail(f"--trials must be >= 0, got {trials}")
     if load not in ("rate", "concurrency"):
         fail(f"--load {load!r} is unknown; known: rate, concurrency")
-    if salt is not None and not re.fullmatch(r"[0-9A-Za-z_-]{1,32}", salt):
-        fail(f"--salt {salt!r}: use 1-32 letters, digits, '-' or '_' (report.json has the run's)")
-    if not 0 <= max_error_rate < 1:
-        fail(f"--max-error-rate must be in [0, 1), got {max_error_rate}")
     if not slo:
         typer.echo(
             f"autotune: no --slo given; using the default {DEFAULT_SLO} (p99 TTFT <= 2 s)", err=True
@@ -182,8 +156,6 @@ def tune_cmd(
         startup_s = parse_duration(startup_timeout)
     except (SLOError, WorkloadError, ValueError) as exc:
         fail(str(exc))
-    if not slos.latency:
-        fail("give at least one latency SLO (ttft, tpot, itl or e2e) to score configurations by")
     try:
         headroom_frac = float(headroom.strip().rstrip("%")) / 100.0
     except ValueError:
@@ -192,37 +164,21 @@ def tune_cmd(
         fail(f"--headroom must be in [0%, 100%), got {headroom}")
     stage_list = None
     if stages is not None:
-        from tuner.space import STAGE_ORDER
-
         stage_list = [s.strip() for s in stages.split(",") if s.strip()]
-        bad = [s for s in stage_list if s not in STAGE_ORDER]
-        if bad or not stage_list:
-            fail(f"--stages {stages!r}: unknown stage(s) {bad}; known: {', '.join(STAGE_ORDER)}")
-    if search_space is not None and not search_space.is_file():
-        fail(f"--search-space {search_space} does not exist")
-    for flag, value in (
-        ("--draft-model", draft_model),
-        ("--eagle-model", eagle_model),
-        ("--quantized-model", quantized_model),
-    ):
-        if value is not None and _looks_local(value) and not Path(value).expanduser().is_dir():
-            fail(f"{flag} {value} is not a folder (give a model folder or a hub id)")
+
+    from pydantic import ValidationError
 
     from tuner import api
     from tuner.engines import ENGINES
+    from tuner.options import TuneOptions, problem
 
-    if engine not in ENGINES:
-        fail(f"engine {engine!r} is unknown; known: {', '.join(sorted(ENGINES))}")
-    # SIGTERM runs Ctrl-C's clean-up while the command runs; the caller's handler comes back
-    # after (a test runner in the same process keeps its own).
-    previous = signal.signal(signal.SIGTERM, _sigterm)
     try:
-        report, out_dir = api.tune(
+        opts = TuneOptions(
             model=model,
             slos=slos,
             workload=wl,
             engine=engine,
-            load_model=load,
+            load_model=load,  # type: ignore[arg-type]
             salt=salt,
             trials=trials,
             time_budget_s=budget_s,
@@ -233,15 +189,24 @@ def tune_cmd(
             space_file=search_space,
             stages=stage_list,
             headroom=headroom_frac,
-            draft_model=_abs(draft_model),
-            eagle_model=_abs(eagle_model),
-            quantized_model=_abs(quantized_model),
+            draft_model=draft_model,
+            eagle_model=eagle_model,
+            quantized_model=quantized_model,
             accept_divergence=accept_divergence,
             endpoint=endpoint,
             served_model=served_model,
             tokenizer=tokenizer,
             command=["autotune", *sys.argv[1:]],
         )
+    except ValidationError as exc:
+        fail(problem(exc))
+    if engine not in ENGINES:
+        fail(f"engine {engine!r} is unknown; known: {', '.join(sorted(ENGINES))}")
+    # SIGTERM runs Ctrl-C's clean-up while the command runs; the caller's handler comes back
+    # after (a test runner in the same process keeps its own).
+    previous = signal.signal(signal.SIGTERM, _sigterm)
+    try:
+        report, out_dir = api.tune(opts)
     except api.UserError as exc:
         fail(str(exc))
     except KeyboardInterrupt:

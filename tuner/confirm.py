@@ -17,6 +17,11 @@ Search points are short, so the recommendation is measured again before ``meets_
 4. The result is the highest load that met them; without one, the closest try, which does not
    meet the SLOs, and the caller says so.
 
+``load_margin`` (the open loop's): no try goes above ``(1 - load_margin)`` x the capacity fitted
+at the limit itself. Under open-loop arrivals latency rises so steeply near saturation that 10 %
+under the latency limit is about 1 % under the capacity; there, a margin in latency guards
+nothing against a heavier client or a slower minute, a margin in load does.
+
 Pure logic over a ``measure(load)`` callable and the search's samples, tested with scripted ones.
 """
 
@@ -70,17 +75,33 @@ class ConfirmResult:
 
 
 def target_load(
-    points: Sequence[Samples], cons: Sequence[Constraint], axis: LoadAxis, headroom: float
+    points: Sequence[Samples],
+    cons: Sequence[Constraint],
+    axis: LoadAxis,
+    headroom: float,
+    load_margin: float = 0.0,
 ) -> float:
-    """Where the fitted latency reaches (1 - headroom) x its limit, rounded down onto the axis.
-    Every load held even with headroom: the highest measured; none did: half the lowest."""
+    """Where the fitted latency reaches (1 - headroom) x its limit, rounded down onto the axis,
+    and at most the load ceiling. Every load held even with headroom: the highest measured;
+    none did: half the lowest."""
     est = estimate(points, cons, level=-headroom, resamples=0)
     if est is None:
         return axis.minimum
     if est.censored == "below":
         return axis.floor(min(p.load for p in points) / 2)
     assert est.load is not None
-    return axis.floor(est.load)
+    return axis.floor(min(est.load, ceiling(points, cons, load_margin)))
+
+
+def ceiling(points: Sequence[Samples], cons: Sequence[Constraint], load_margin: float) -> float:
+    """``(1 - load_margin)`` x the load where the fit crosses the limit itself; unbounded where
+    there is no margin, or the crossing lies past every load measured."""
+    if load_margin <= 0:
+        return math.inf
+    est = estimate(points, cons, level=0.0, resamples=0)
+    if est is None or est.censored != "none" or est.load is None:
+        return math.inf
+    return (1.0 - load_margin) * est.load
 
 
 def confirm(
@@ -93,6 +114,7 @@ def confirm(
     max_tries: int = 3,
     may_try: Callable[[float], str | None] = lambda load: None,
     start: float | None = None,
+    load_margin: float = 0.0,
 ) -> ConfirmResult:
     """Confirm a configuration's load (see the module docstring).
 
@@ -106,10 +128,16 @@ def confirm(
         may_try: asked before every try after the first with its load: a reason to stop
             (the time budget), or None.
         start: the first load (default: ``target_load``).
+        load_margin: no try above (1 - load_margin) x the capacity at the limit (module
+            docstring); 0: none.
     """
     res = ConfirmResult()
     points = list(search_points)
-    x = axis.floor(start) if start is not None else target_load(points, cons, axis, headroom)
+    x = (
+        axis.floor(start)
+        if start is not None
+        else target_load(points, cons, axis, headroom, load_margin)
+    )
     while True:
         t = measure(x)
         res.tries.append(t)
@@ -117,7 +145,7 @@ def confirm(
         if len(res.tries) >= max_tries:
             res.stopped = f"{max_tries} tries"
             break
-        nxt = _next(res.tries, points, cons, axis, headroom)
+        nxt = _next(res.tries, points, cons, axis, headroom, load_margin)
         if nxt is None:
             res.stopped = "the load is pinned between a try that met the SLOs and one that did not"
             break
@@ -136,6 +164,7 @@ def _next(
     cons: Sequence[Constraint],
     axis: LoadAxis,
     headroom: float,
+    load_margin: float = 0.0,
 ) -> float | None:
     """The next load to try, strictly between the highest that held with the headroom and the
     lowest that did not; None when no such load is left on the axis. Direction follows the
@@ -152,7 +181,7 @@ def _next(
             return None
         # Every load held even with headroom: reach a little higher than the last try.
         want = est.load if est.censored == "none" and est.load else last.load * 1.1
-        nxt = axis.floor(min(want, hi))
+        nxt = axis.floor(min(want, hi, ceiling(points, cons, load_margin)))
     else:
         over = max(last.verdict.worst_margin + headroom, 0.05)
         # The search's short points were optimistic: step down to where the refit (with this

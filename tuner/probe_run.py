@@ -21,10 +21,11 @@ from pydantic import BaseModel, ConfigDict
 from probes.client import LoadClient, run_load
 from probes.diagnose import Diagnosis, run_diagnosis
 from probes.metrics import LoadMetrics, summarize
+from probes.server_metrics import ServerSeries
 from probes.workload import SyntheticWorkload, Tokenizer, Workload, prepare_requests
 from tuner.engines import get_engine
 from tuner.engines.base import ServerProcess, free_port
-from tuner.engines.endpoint import EndpointError, attach
+from tuner.engines.endpoint import EndpointEngine, EndpointError, attach
 from tuner.hardware import Hardware, detect_hardware, template_context
 from tuner.models import resolve_model
 from tuner.space import SpaceError, load_space, space_path
@@ -89,8 +90,8 @@ def _server(
     out_dir: Path,
     hw: Hardware,
     say: Callable[[str], None],
-) -> Iterator[tuple[str, str, str | None, float | None, bool, str | None]]:
-    """Yields (base_url, served model, model folder, start-up s, ignore_eos ok, metrics path)."""
+) -> Iterator[tuple[str, str, str | None, float | None, bool, ServerSeries | None]]:
+    """Yields (base_url, served model, model folder, start-up s, ignore_eos ok, its series)."""
     if endpoint:
         try:
             a = attach(endpoint, served_model)
@@ -102,7 +103,7 @@ def _server(
             _weights_folder(a.served_model),
             None,
             a.ignore_eos,
-            ("/metrics"),
+            EndpointEngine.series,
         )
         return
     assert model is not None
@@ -127,7 +128,7 @@ def _server(
             resolved.path,
             startup,
             engine.supports_ignore_eos,
-            engine.metrics_path,
+            engine.series,
         )
 
 
@@ -167,7 +168,7 @@ def probe(
         model_dir,
         startup,
         ignore_eos,
-        mpath,
+        series,
     ):
         tok = (
             _tokenizer(tokenizer or model_dir or name)
@@ -199,7 +200,7 @@ def probe(
                 seed=seed,
                 ignore_eos=ignore_eos,
                 progress=progress,
-                metrics_path=mpath,
+                series=series,
             )
     load: dict[str, float] = (
         {"concurrency": concurrency} if concurrency is not None else {"rate_rps": rate_rps or 0}

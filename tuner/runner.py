@@ -37,13 +37,11 @@ from pathlib import Path
 from typing import Any, Literal
 
 import orjson
-from pydantic import BaseModel, ConfigDict
 
-from probes.client import LoadClient, run_load
+from probes.client import LoadClient
 from probes.diagnose import Diagnosis, run_diagnosis
-from probes.drift import project, queue_drift
 from probes.exactness import EXACT_TOKENS, Exactness, compare, describe, exact_prompts
-from probes.metrics import LoadMetrics, Verdict, judge, summarize
+from probes.metrics import LoadMetrics
 from probes.quality import (
     Continuation,
     Quality,
@@ -55,13 +53,10 @@ from probes.quality import (
     greedy_continuations,
     perplexity,
 )
-from probes.records import RequestRecord
-from probes.server_metrics import PeakSampler, delta, fetch_snapshot
-from probes.slo import SLOSet
-from probes.workload import SyntheticWorkload, Tokenizer, Workload, prepare_requests
+from probes.workload import SyntheticWorkload, Tokenizer
 from tuner.capacity import LoadAxis, PointOutcome, find_capacity
-from tuner.compare import TIE_BAND, ComparisonReport, beaten, side_by_side, too_close, verdict
-from tuner.confirm import ConfirmResult, Try, confirm
+from tuner.compare import ComparisonReport, beaten, side_by_side, too_close, verdict
+from tuner.confirm import ConfirmResult, Try, confirm, target_load
 from tuner.engines import get_engine
 from tuner.engines.base import (
     Engine,
@@ -74,7 +69,9 @@ from tuner.engines.base import (
 from tuner.engines.endpoint import AttachedServer, EndpointError, attach
 from tuner.estimate import CapacityEstimate, Samples, constraints, estimate
 from tuner.hardware import Hardware, detect_hardware, template_context
+from tuner.measure import PointMeasurer, point_line, write_records
 from tuner.models import resolve_model
+from tuner.options import TuneOptions
 from tuner.report import (
     ConfirmTry,
     ContrastReport,
@@ -93,69 +90,10 @@ from tuner.space import STAGE_ORDER, SearchSpace, Stage, found_in_log, load_spac
 
 Progress = Callable[[str], None]
 RunStatus = Literal["complete", "interrupted", "failed"]
-SERVER_GAUGES = ("vllm:kv_cache_usage_perc", "vllm:num_requests_running")
-SERVER_COUNTERS = (
-    "vllm:request_prefill_time_seconds_sum",
-    "vllm:request_prefill_time_seconds_count",
-    "vllm:request_decode_time_seconds_sum",
-    "vllm:request_decode_time_seconds_count",
-    "vllm:request_queue_time_seconds_sum",
-    "vllm:num_preemptions_total",
-    "vllm:spec_decode_num_drafts_total",
-    "vllm:spec_decode_num_draft_tokens_total",
-    "vllm:spec_decode_num_accepted_tokens_total",
-)
 DEFAULT_QUALITY_PCT = 1.0  # perplexity may rise by at most 1 % unless --slo quality=X% says
 QUALITY_BUDGET_S = 90.0  # a configuration slower than this to score the evaluation set is out
 GREEDY_BUDGET_S = 60.0
 AGREEMENT_TEXTS = 8  # texts for greedy-token agreement, where an engine has no log-probabilities
-
-
-class TuneOptions(BaseModel):
-    """Everything a tuning run needs; the CLI and the Python API both build one."""
-
-    model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
-
-    model: str
-    engine: str = "vllm"
-    slos: SLOSet
-    workload: Workload
-    trials: int = 8
-    time_budget_s: float | None = None
-    output_dir: Path = Path("results")
-    seed: int = 0
-    max_error_rate: float = 0.01
-    startup_timeout_s: float = 300.0
-    request_timeout_s: float = 180.0
-    # The load model: open-loop Poisson arrivals at a request rate (what a service sees; the
-    # default) or a closed loop of N concurrent clients.
-    load_model: Literal["rate", "concurrency"] = "rate"
-    start_concurrency: int = 8
-    max_concurrency: int = 512
-    start_rate_rps: float | None = None  # default: what the probe's load point sustained
-    max_rate_rps: float = 1000.0
-    search_point_s: float = 15.0  # a rate point's arrivals span at least this long
-    salt: str | None = None  # the workload's random salt (default: fresh per run)
-    side_by_side: bool = True  # repeat two configurations too close to call, interleaved
-    confirm_baseline: bool = True  # confirm the baseline too, so the gain is confirmed/confirmed
-    tie_band: float = TIE_BAND  # estimates closer than this are too close to call
-    search_min_requests: int = 40
-    search_requests_per_slot: float = 3.0
-    confirm_requests: int | None = None  # default: what the SLO percentile needs, plus 10 %
-    space_file: Path | None = None
-    stages: list[str] | None = None  # force this subset of stages (None: the probe's plan)
-    probe: bool = True  # diagnose on the baseline server first
-    # The recommendation is confirmed with every latency SLO at most (1 - headroom) x its limit,
-    # so that another client, a longer run or a noisy neighbour still sees the SLO hold.
-    headroom: float = 0.10
-    draft_model: str | None = None  # a draft model for speculative decoding (path or hub id)
-    eagle_model: str | None = None  # an EAGLE head for speculative decoding
-    quantized_model: str | None = None  # a pre-quantised checkpoint of the same model
-    accept_divergence: bool = False  # allow a speculative config whose greedy outputs changed
-    endpoint: str | None = None  # --engine endpoint: the running server's root URL
-    served_model: str | None = None  # the model name it serves (default: the first it lists)
-    tokenizer: str | None = None  # for synthetic prompts (default: the model / served name)
-    command: list[str] = []
 
 
 class RunInterrupted(KeyboardInterrupt):
@@ -330,6 +268,7 @@ class Runner:
         else:
             self.tokenizer = None
         self.client = LoadClient("http://127.0.0.1:1", timeout_s=self.opts.request_timeout_s)
+        self.measurer = self._measurer()
         self.say(
             f"model {model.name} ({model.path}); engine {self.engine.version()}; "
             f"{self.hw.label}; search space {path.name}"
@@ -367,6 +306,7 @@ class Runner:
                     f"load ({type(exc).__name__}); give --tokenizer FOLDER_OR_ID"
                 ) from None
         self.client = LoadClient(a.base_url, timeout_s=self.opts.request_timeout_s)
+        self.measurer = self._measurer()
         self.say(
             f"endpoint {a.base_url} serves {a.served_model}; ignore_eos "
             f"{'accepted' if a.ignore_eos else 'refused: output lengths are what the server gives'}"
@@ -376,6 +316,26 @@ class Runner:
         self.notes.append(
             "endpoint mode: the server's settings were not tuned (autotune did not start it); "
             "only the client-side load was searched, and the recommendation is a load"
+        )
+
+    def _measurer(self) -> PointMeasurer:
+        def spent(phase: str, seconds: float) -> None:
+            if phase == "warmup":
+                self.clock.warmup_s += seconds
+            else:
+                self.clock.measure_s += seconds
+
+        return PointMeasurer(
+            client=self.client,
+            axis=self.axis,
+            slos=self.opts.slos,
+            max_error_rate=self.opts.max_error_rate,
+            workload=self.opts.workload,
+            tokenizer=self.tokenizer,
+            ignore_eos=self.ignore_eos,
+            series=self.engine.series,
+            seeds=self._fresh_seed,
+            spent=spent,
         )
 
     @property
@@ -535,7 +495,7 @@ class Runner:
                 f"{label}: quality {q.metric} {q.value:.4g} against {q.baseline_value:.4g} "
                 f"({q.degradation_pct:+.2f} %, limit {self.quality_limit:g} %)"
             )
-        trial.warmup_s = self._warmup(server, start)
+        trial.warmup_s = self.measurer.warmup(server, start, self.model_path)
         if baseline:
             if self.opts.probe:
                 self._diagnose(server)
@@ -614,7 +574,7 @@ class Runner:
         labels = (f"trial {best.number} (side by side)", f"trial {trial.number} (side by side)")
         try:
             with self._server(spec, bdir / f"server-beside-{trial.number:03d}.log") as other:
-                self._warmup(other, loads[0])
+                self.measurer.warmup(other, loads[0], self.model_path)
                 run = side_by_side(
                     {
                         "a": lambda x: self._point(
@@ -769,7 +729,7 @@ class Runner:
                 tokenizer=self.tokenizer,
                 workload=self.opts.workload,
                 load_concurrency=self.opts.start_concurrency,
-                metrics_path=self.engine.metrics_path,
+                series=self.engine.series,
                 model_dir=self.model_path if Path(self.model_path).is_dir() else None,
                 llc_text=self.hw.l3_cache,
                 device=self.hw.device,
@@ -821,100 +781,8 @@ class Runner:
             trial.metrics = max(held, key=self._point_load).metrics
         return est
 
-    def _score_window(self, x: float, n: int, metrics: LoadMetrics) -> float:
-        """The window a point's score divides its output tokens by. Closed loop: the measured
-        window. Open loop: the arrival span the rate asked for (n / rate), so the score is the
-        rate times the output tokens per request, the output a service gets at that rate when
-        it keeps up. The measured window also holds the drain of the last requests, a share
-        that depends on how many requests the point sent, so points of different lengths
-        would not compare."""
-        return metrics.duration_s if self.axis.kind == "concurrency" else n / x
-
     def _point_load(self, p: PointReport) -> float:
         return float(p.load[self.axis.key])
-
-    def _warmup(self, server: RunningServer, x: float) -> float:
-        """Requests sent and thrown away after start-up (compilation, cache allocation), at
-        the load about to be measured: the same concurrency, or open-loop arrivals at the same
-        rate (never all at once)."""
-        t0 = time.monotonic()
-        self.client.base_url = server.base_url
-        if self.axis.kind == "concurrency":
-            n = max(4, min(int(x), 32))
-            reqs = self._requests(server, n)
-            run_load(self.client, reqs, concurrency=min(int(x), n), warmup=n)
-        else:
-            n = max(4, min(math.ceil(8.0 * x), 64))  # about 8 s of arrivals
-            reqs = self._requests(server, n)
-            run_load(self.client, reqs, rate_rps=x, warmup=n, seed=self._fresh_seed())
-        dt = time.monotonic() - t0
-        self.clock.warmup_s += dt
-        return dt
-
-    def _requests(self, server: RunningServer, n: int) -> list:
-        return prepare_requests(
-            self.opts.workload,
-            n,
-            model=server.served_model or self.model_path,
-            tokenizer=self.tokenizer,
-            seed=self._fresh_seed(),
-            ignore_eos=self.ignore_eos,
-        )
-
-    def _measure(
-        self, server: RunningServer, x: float, n: int
-    ) -> tuple[LoadMetrics, list, dict[str, float] | None]:
-        """One load point: ``n`` fresh requests at concurrency or rate ``x``."""
-        reqs = self._requests(server, n)
-        self.client.base_url = server.base_url
-        mpath = self.engine.metrics_path
-        before = self._snapshot(server) if mpath else None
-        t0 = time.monotonic()
-        load: dict[str, Any] = (
-            {"concurrency": int(x)} if self.axis.kind == "concurrency" else {"rate_rps": x}
-        )
-        if mpath:
-            with PeakSampler(server.base_url, SERVER_GAUGES, mpath) as sampler:
-                res = run_load(self.client, reqs, **load, seed=self._fresh_seed())
-            peaks = sampler.peaks
-        else:
-            res = run_load(self.client, reqs, **load, seed=self._fresh_seed())
-            peaks = {}
-        self.clock.measure_s += time.monotonic() - t0
-        metrics = summarize(res.records, self.opts.slos, res.client_cpu_pct)
-        if "vllm:kv_cache_usage_perc" in peaks:
-            metrics.kv_cache_peak_pct = 100.0 * peaks["vllm:kv_cache_usage_perc"]
-        server_delta = None
-        if before is not None:
-            after = self._snapshot(server)
-            if after:
-                d = delta(before, after)
-                server_delta = {k: d[k] for k in SERVER_COUNTERS if k in d}
-                _acceptance(metrics, server_delta)
-        return metrics, res.records, server_delta
-
-    def _judge(
-        self, metrics: LoadMetrics, records: list[RequestRecord]
-    ) -> tuple[Verdict, list[RequestRecord]]:
-        """A point's verdict, and the records its samples are taken from. Open loop: judged as
-        if the rate had been held for probes.drift.HORIZON_S, so a queue that was still growing
-        when the point ended counts against it (the drift is kept on the metrics)."""
-        if self.axis.kind == "rate":
-            drift = queue_drift(records)
-            metrics.ttft_drift_ms_per_s = drift.slope * 1000.0
-            metrics.projected_wait_ms = drift.shift_s * 1000.0
-            if drift.growing:
-                records = project(records, drift)
-                judged = summarize(records, self.opts.slos, metrics.client_cpu_pct)
-                return judge(judged, self.opts.slos, self.opts.max_error_rate), records
-        return judge(metrics, self.opts.slos, self.opts.max_error_rate), records
-
-    @staticmethod
-    def _snapshot(server: RunningServer) -> dict[str, float] | None:
-        try:
-            return fetch_snapshot(server.base_url)
-        except Exception:
-            return None
 
     def _point(
         self,
@@ -927,13 +795,14 @@ class Runner:
         side_by_side: bool = False,
     ) -> PointOutcome:
         """Measure one load point of a trial; its records, samples and summary are kept."""
-        metrics, records, server_delta = self._measure(server, x, n)
-        verdict, judged = self._judge(metrics, records)
+        m = self.measurer.measure(server, x, n, self.model_path)
+        metrics, records, server_delta = m.metrics, m.records, m.server
+        j = self.measurer.judge(m)
+        verdict = j.verdict
         rfile = tdir / f"{_load_slug(self.axis, x)}-{len(trial.points)}.jsonl"
-        _write_records(rfile, records)
-        self.samples.setdefault(trial.number, []).append(
-            Samples.from_records(x, judged, self._score_window(x, len(records), metrics))
-        )
+        write_records(rfile, records)
+        window = self.measurer.score_window(x, len(records), metrics)
+        self.samples.setdefault(trial.number, []).append(Samples.from_records(x, j.records, window))
         trial.points.append(
             PointReport(
                 load=self._load(x),
@@ -945,7 +814,7 @@ class Runner:
             )
         )
         write_atomic(tdir / "trial.json", dump_json(trial))
-        self.say(f"{label}: {self.axis.label(x):<10} {_point_line(metrics, verdict)}")
+        self.say(f"{label}: {self.axis.label(x):<10} {point_line(metrics, verdict)}")
         return PointOutcome(x, verdict.holds, verdict.worst_margin, metrics.output_tokens_per_s)
 
     # ----------------------------------------------------------------- search
@@ -1258,8 +1127,10 @@ class Runner:
         under a budget. None when the budget has no room for even one full-size try."""
         rps = trial.metrics.requests_per_s if trial.metrics else 1.0
         e2e_s = (trial.metrics.e2e_ms.p50 or 0.0) / 1000.0 if trial.metrics else 0.0
-        est0 = self._estimate(trial.number, level=-self.opts.headroom)
-        first = self.axis.floor(est0.load) if est0 is not None and est0.load else 1.0
+        # Open loop: a margin in load too (tuner/confirm.py says why); closed loop: latency's.
+        margin = self.opts.headroom if self.axis.kind == "rate" else 0.0
+        points = self.samples.get(trial.number, [])
+        first = target_load(points, self.cons, self.axis, self.opts.headroom, margin)
         budgeted = self.opts.time_budget_s is not None
         reserve = self._trial_min_s() + self._confirm_estimate_s() if baseline else 0.0
 
@@ -1290,11 +1161,13 @@ class Runner:
                     f"{label}: the time budget allowed {n} requests at {self.axis.label(x)}, "
                     f"fewer than the {self._n_confirm(x)} the SLO percentile needs: provisional"
                 )
-            metrics, records, _ = self._measure(server, x, n)
-            v, judged = self._judge(metrics, records)
-            _write_records(cdir / f"{_load_slug(self.axis, x)}.jsonl", records)
-            self.say(f"{label}: {self.axis.label(x):<10} {_point_line(metrics, v)}")
-            samples = Samples.from_records(x, judged, self._score_window(x, len(records), metrics))
+            m = self.measurer.measure(server, x, n, self.model_path)
+            j = self.measurer.judge(m)
+            metrics, v = m.metrics, j.verdict
+            write_records(cdir / f"{_load_slug(self.axis, x)}.jsonl", m.records)
+            self.say(f"{label}: {self.axis.label(x):<10} {point_line(metrics, v)}")
+            window = self.measurer.score_window(x, len(m.records), metrics)
+            samples = Samples.from_records(x, j.records, window)
             return Try(x, samples, v, metrics)
 
         def may_try(x: float) -> str | None:
@@ -1303,18 +1176,23 @@ class Runner:
                 return f"time budget: another try at {self.axis.label(x)} needs about {need:.0f} s"
             return None
 
+        where = f"latency at {1 - self.opts.headroom:.0%} of its limit by the fit" + (
+            f", at most {1 - margin:.0%} of the capacity" if margin else ""
+        )
         self.say(
-            f"{label}: trial {trial.number} at {self.axis.label(first)} (latency at "
-            f"{1 - self.opts.headroom:.0%} of its limit by the fit) with {n_for(first)} requests"
+            f"{label}: trial {trial.number} at {self.axis.label(first)} ({where}) with "
+            f"{n_for(first)} requests"
         )
         res = confirm(
             measure,
-            search_points=self.samples.get(trial.number, []),
+            search_points=points,
             cons=self.cons,
             axis=self.axis,
             headroom=self.opts.headroom,
             max_tries=2 if baseline and budgeted else 3,
             may_try=may_try,
+            start=first,
+            load_margin=margin,
         )
         return self._recommendation(trial, res, label)
 
@@ -1405,7 +1283,9 @@ class Runner:
         cdir.mkdir(parents=True, exist_ok=True)
         try:
             with self._server(spec, cdir / "server.log") as server:
-                self._warmup(server, self.axis.floor(self._load_of(best) or 1.0))
+                self.measurer.warmup(
+                    server, self.axis.floor(self._load_of(best) or 1.0), self.model_path
+                )
                 confirmed = self._confirm_on(server, best, cdir, "confirmation")
         except EngineStartError as exc:
             self.notes.append(f"confirmation failed to start: {exc}")
@@ -1552,10 +1432,6 @@ def _load_slug(axis: LoadAxis, x: float) -> str:
     return f"c{int(x):04d}" if axis.kind == "concurrency" else f"r{x:g}"
 
 
-def _write_records(path: Path, records: list) -> None:
-    path.write_bytes(b"".join(orjson.dumps(r.to_json()) + b"\n" for r in records))
-
-
 def _describe(est: CapacityEstimate, axis: LoadAxis) -> str:
     """``24.3 concurrent requests: 301 output tokens/s (90 % 287-315)``, censoring said."""
     hi = "open" if est.high is None else f"{est.high:.0f}"
@@ -1573,17 +1449,6 @@ def _max_positions(model_path: str) -> int | None:
         return None
     n = cfg.get("max_position_embeddings")
     return int(n) if isinstance(n, int) else None
-
-
-def _acceptance(metrics: LoadMetrics, d: dict[str, float]) -> None:
-    """Speculative decoding's acceptance over one window (MEASUREMENT.md), where it ran."""
-    drafts = d.get("vllm:spec_decode_num_drafts_total", 0.0)
-    drafted = d.get("vllm:spec_decode_num_draft_tokens_total", 0.0)
-    accepted = d.get("vllm:spec_decode_num_accepted_tokens_total", 0.0)
-    if drafted > 0:
-        metrics.acceptance_rate = accepted / drafted
-    if drafts > 0:
-        metrics.mean_acceptance_length = 1.0 + accepted / drafts
 
 
 def _without_flags(base: list[str], override: list[str]) -> list[str]:
@@ -1607,25 +1472,6 @@ def _prediction_held(expected: str | None, gain: float | None) -> bool | None:
     if gain is None or expected not in ("likely", "unlikely"):
         return None
     return (gain > 1.05) == (expected == "likely")
-
-
-def _point_line(m: LoadMetrics, v: Verdict) -> str:
-    def ms(x: float | None) -> str:
-        return "-" if x is None else (f"{x / 1000:.2f}s" if x >= 1000 else f"{x:.0f}ms")
-
-    state = "holds" if v.holds else "breaks SLO"
-    prov = " (provisional)" if v.provisional and v.holds else ""
-    growing = (
-        f" | queue growing: TTFT +{m.ttft_drift_ms_per_s:.0f} ms/s, judged "
-        f"+{ms(m.projected_wait_ms)}"
-        if m.projected_wait_ms
-        else ""
-    )
-    return (
-        f"{m.output_tokens_per_s:7.1f} tok/s | TTFT p50 {ms(m.ttft_ms.p50)} p99 {ms(m.ttft_ms.p99)}"
-        f" | TPOT p50 {ms(m.tpot_ms.p50)} p99 {ms(m.tpot_ms.p99)} | n={m.n_requests}"
-        f" err={m.n_failed}{growing} | {state}{prov}"
-    )
 
 
 def tune(opts: TuneOptions, progress: Progress | None = None) -> Report:

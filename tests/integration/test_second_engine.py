@@ -22,6 +22,7 @@ from tuner import api
 from tuner.engines import get_engine
 from tuner.engines.base import ServerProcess, free_port
 from tuner.models import resolve_model
+from tuner.options import TuneOptions
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
@@ -45,15 +46,17 @@ def _children() -> set[int]:
 def test_transformers_continuous_over_static(tmp_path: Path) -> None:
     before = _children()
     report, folder = api.tune(
-        model="smollm2-135m",
-        engine="transformers",
-        slos=parse_slos(["ttft=10s"]),
-        workload=parse_workload("synthetic:input=32,output=16"),
-        trials=1,
-        output_dir=tmp_path,
-        stages=["batching"],
-        probe=False,
-        **SMALL,
+        TuneOptions(
+            model="smollm2-135m",
+            engine="transformers",
+            slos=parse_slos(["ttft=10s"]),
+            workload=parse_workload("synthetic:input=32,output=16"),
+            trials=1,
+            output_dir=tmp_path,
+            stages=["batching"],
+            probe=False,
+            **SMALL,
+        )
     )
     data = json.loads((folder / "report.json").read_text())
     assert data["status"] == "complete" == report.status, data.get("error")
@@ -96,18 +99,20 @@ def test_endpoint_against_a_server_started_by_hand(engine_name: str, tmp_path: P
         else:
             _wait_health(srv)  # up, but no request served yet: autotune's attach is the first
         report, folder = api.tune(
-            model="",
-            engine="endpoint",
-            endpoint=srv.base_url,
-            # transformers serve does not list the model it serves: it has to be named.
-            served_model=model if engine_name == "transformers" else None,
-            slos=parse_slos(["ttft=10s"]),
-            workload=parse_workload("synthetic:input=32,output=16"),
-            trials=2,
-            tokenizer=model,
-            output_dir=tmp_path,
-            probe=False,
-            **SMALL,
+            TuneOptions(
+                model="",
+                engine="endpoint",
+                endpoint=srv.base_url,
+                # transformers serve does not list the model it serves: it has to be named.
+                served_model=model if engine_name == "transformers" else None,
+                slos=parse_slos(["ttft=10s"]),
+                workload=parse_workload("synthetic:input=32,output=16"),
+                trials=2,
+                tokenizer=model,
+                output_dir=tmp_path,
+                probe=False,
+                **SMALL,
+            )
         )
     data = json.loads((folder / "report.json").read_text())
     assert data["status"] == "complete" == report.status, data.get("error")

@@ -21,6 +21,7 @@ import pytest
 from probes.slo import parse_slos
 from probes.workload import parse_workload
 from tuner import api
+from tuner.options import TuneOptions
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
@@ -41,20 +42,22 @@ def _engine_processes() -> list[psutil.Process]:
 def test_short_tuning_run(tmp_path: Path) -> None:
     before = {p.pid for p in _engine_processes()}
     report, folder = api.tune(
-        model="smollm2-135m",
-        slos=parse_slos(["ttft=20s"]),
-        workload=parse_workload("synthetic:input=64,output=16"),
-        trials=1,
-        output_dir=tmp_path,
-        space_file=CI_SPACE,
-        # The default load model: open-loop Poisson arrivals, starting from what the probe's
-        # load point sustained; short points for CI.
-        search_point_s=2.0,
-        max_rate_rps=16.0,
-        search_min_requests=12,
-        confirm_requests=24,
-        startup_timeout_s=400,
-        stages=["batching"],
+        TuneOptions(
+            model="smollm2-135m",
+            slos=parse_slos(["ttft=20s"]),
+            workload=parse_workload("synthetic:input=64,output=16"),
+            trials=1,
+            output_dir=tmp_path,
+            space_file=CI_SPACE,
+            # The default load model: open-loop Poisson arrivals, starting from what the probe's
+            # load point sustained; short points for CI.
+            search_point_s=2.0,
+            max_rate_rps=16.0,
+            search_min_requests=12,
+            confirm_requests=24,
+            startup_timeout_s=400,
+            stages=["batching"],
+        )
     )
     data = json.loads((folder / "report.json").read_text())
     assert (folder / "report.md").is_file()
@@ -130,22 +133,24 @@ def test_quality_gate_and_exactness_on_the_embedded_default(tmp_path: Path) -> N
     speculation against the greedy outputs of the configuration it started from."""
     before = {p.pid for p in _engine_processes()}
     report, folder = api.tune(
-        model="smollm2-135m",
-        slos=parse_slos(["ttft=20s", "quality=5%"]),
-        workload=parse_workload("synthetic:input=64,output=16"),
-        trials=2,
-        output_dir=tmp_path,
-        space_file=CI_SPACE,
-        stages=["quantisation", "speculative"],
-        probe=False,
-        load_model="concurrency",
-        confirm_baseline=False,
-        start_concurrency=4,
-        max_concurrency=8,
-        search_min_requests=12,
-        search_requests_per_slot=2,
-        confirm_requests=24,
-        startup_timeout_s=400,
+        TuneOptions(
+            model="smollm2-135m",
+            slos=parse_slos(["ttft=20s", "quality=5%"]),
+            workload=parse_workload("synthetic:input=64,output=16"),
+            trials=2,
+            output_dir=tmp_path,
+            space_file=CI_SPACE,
+            stages=["quantisation", "speculative"],
+            probe=False,
+            load_model="concurrency",
+            confirm_baseline=False,
+            start_concurrency=4,
+            max_concurrency=8,
+            search_min_requests=12,
+            search_requests_per_slot=2,
+            confirm_requests=24,
+            startup_timeout_s=400,
+        )
     )
     data = json.loads((folder / "report.json").read_text())
     assert data["status"] == "complete"

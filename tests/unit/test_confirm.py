@@ -279,3 +279,33 @@ def test_a_try_short_of_its_percentile_is_not_moved_down() -> None:
     assert all(t.load >= 22.0 for t in res.tries)
     assert res.chosen is None and res.best_effort is not None
     assert res.best_effort.load == 22.0
+
+
+class Cliff(System):
+    """Open-loop-like: p99 TTFT flat at 300 ms up to load 20, then 100 ms more per 0.1 load."""
+
+    def ttfts(self, load: float, n: int) -> list[float]:
+        base = 0.3 + max(0.0, load - 20.0) * 1.0
+        return [base] * n
+
+
+def test_a_load_margin_keeps_the_open_loop_under_its_cliff() -> None:
+    s = Cliff(ms_per_load=0.0)
+    rate = LoadAxis("rate", minimum=0.05, maximum=100)
+    pts = search_points(s, [10, 20, 22])  # the limit (1 s) is crossed at 20.7
+    # 10 % under the latency limit is only 1 % under the capacity...
+    assert target_load(pts, CONS, rate, 0.10) == pytest.approx(20.6, abs=0.05)
+    # ... a 10 % load margin is 10 % under it, and refining up never passes it.
+    assert target_load(pts, CONS, rate, 0.10, load_margin=0.10) == pytest.approx(18.6, abs=0.05)
+    res = confirm(
+        s.measure(505),
+        search_points=pts,
+        cons=CONS,
+        axis=rate,
+        headroom=0.10,
+        max_tries=4,
+        load_margin=0.10,
+    )
+    assert res.chosen is not None
+    assert all(t.load <= 0.9 * 20.7 + 0.05 for t in res.tries)
+    assert res.chosen.load == pytest.approx(18.6, abs=0.05)

@@ -18,7 +18,8 @@ from probes.slo import parse_slos
 from probes.workload import parse_workload
 from tuner.engines.base import HOST, LaunchSpec
 from tuner.hardware import Hardware
-from tuner.runner import Runner, TuneOptions
+from tuner.options import TuneOptions
+from tuner.runner import Runner
 
 ROOT = Path(__file__).resolve().parents[2]
 FAKE = ROOT / "tests" / "fakes" / "openai_server.py"

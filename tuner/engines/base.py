@@ -26,6 +26,7 @@ from typing import Protocol
 
 from probes.client import normalize_base_url
 from probes.http import request
+from probes.server_metrics import ServerSeries
 
 HOST = "127.0.0.1"
 
@@ -49,7 +50,7 @@ class Engine(Protocol):
 
     name: str
     supports_ignore_eos: bool
-    metrics_path: str | None  # Prometheus text endpoint, if the server has one
+    series: ServerSeries | None  # the Prometheus series its server exposes, if it has any
 
     def version(self) -> str: ...
 

@@ -12,7 +12,9 @@ from dataclasses import dataclass
 
 from probes.client import normalize_base_url
 from probes.http import request
+from probes.server_metrics import ServerSeries
 from tuner.engines.base import LaunchSpec, check_ready
+from tuner.engines.vllm import VLLM_SERIES
 
 
 class EndpointError(RuntimeError):
@@ -56,7 +58,8 @@ class EndpointEngine:
     name = "endpoint"
     launches = False
     supports_ignore_eos = False  # learnt per server by attach()
-    metrics_path: str | None = "/metrics"  # read where the server has it (vLLM), else ignored
+    # vLLM's series, read where the server has them (a vLLM endpoint); ignored where it has not
+    series: ServerSeries | None = VLLM_SERIES
 
     def version(self) -> str:
         return "external server"

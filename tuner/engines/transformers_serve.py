@@ -16,13 +16,14 @@ import sys
 from importlib import metadata
 from pathlib import Path
 
+from probes.server_metrics import ServerSeries
 from tuner.engines.base import HOST, LaunchSpec, match_failure
 
 
 class TransformersEngine:
     name = "transformers"
     supports_ignore_eos = False
-    metrics_path: str | None = None
+    series: ServerSeries | None = None  # transformers serve has no /metrics
 
     def __init__(self, python: str = sys.executable) -> None:
         self.python = python

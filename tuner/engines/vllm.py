@@ -11,13 +11,30 @@ import re
 import sys
 from importlib import metadata
 
+from probes.server_metrics import ServerSeries
 from tuner.engines.base import HOST, LaunchSpec, match_failure
+
+# vLLM's Prometheus series (its /metrics), the ones autotune reads.
+VLLM_SERIES = ServerSeries(
+    path="/metrics",
+    kv_cache_usage="vllm:kv_cache_usage_perc",
+    running="vllm:num_requests_running",
+    prefill_time_sum="vllm:request_prefill_time_seconds_sum",
+    prefill_time_count="vllm:request_prefill_time_seconds_count",
+    decode_time_sum="vllm:request_decode_time_seconds_sum",
+    decode_time_count="vllm:request_decode_time_seconds_count",
+    queue_time_sum="vllm:request_queue_time_seconds_sum",
+    preemptions="vllm:num_preemptions_total",
+    spec_drafts="vllm:spec_decode_num_drafts_total",
+    spec_draft_tokens="vllm:spec_decode_num_draft_tokens_total",
+    spec_accepted_tokens="vllm:spec_decode_num_accepted_tokens_total",
+)
 
 
 class VLLMEngine:
     name = "vllm"
     supports_ignore_eos = True
-    metrics_path: str | None = "/metrics"
+    series: ServerSeries | None = VLLM_SERIES
 
     def __init__(self, python: str = sys.executable) -> None:
         self.python = python

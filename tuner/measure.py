@@ -1,0 +1,214 @@
+"""One load point on a running server: warm-up, fresh requests, the server's series, the verdict.
+
+``PointMeasurer`` owns what measuring a point takes and nothing else: the load client, the load
+axis, the workload and its tokenizer, a fresh seed per point (so a fresh salt: no prefix-cache
+reuse across points), and the engine's own Prometheus series (``ServerSeries``: no engine's
+metric names live here). The verdict of an open-loop point judges the rate as if it had been held
+for probes.drift.HORIZON_S, so a queue still growing when the point ended counts against it.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from probes.client import LoadClient, run_load
+from probes.drift import project, queue_drift
+from probes.metrics import LoadMetrics, Verdict, judge, summarize
+from probes.records import RequestRecord
+from probes.server_metrics import PeakSampler, ServerSeries, Snapshot, delta, fetch_snapshot
+from probes.slo import SLOSet
+from probes.workload import PreparedRequest, Tokenizer, Workload, prepare_requests
+from tuner.capacity import LoadAxis
+from tuner.engines.base import RunningServer
+
+WARMUP_RATE_S = 8.0  # open loop: about this many seconds of arrivals are warm-up
+WARMUP_MAX = 64
+
+
+@dataclass(frozen=True)
+class Measured:
+    """One point: its summary (as measured), its records, and the server's counter deltas."""
+
+    metrics: LoadMetrics
+    records: list[RequestRecord]
+    server: dict[str, float] | None
+
+
+@dataclass(frozen=True)
+class Judged:
+    """One point's verdict, and the records the estimate takes its samples from (open loop:
+    projected to the drift horizon where the queue was growing; else as measured)."""
+
+    verdict: Verdict
+    records: list[RequestRecord]
+
+
+class PointMeasurer:
+    """Measures load points on whichever server it is pointed at.
+
+    Args:
+        client: the load client (its base URL is set per server).
+        axis: the load model (concurrency or rate).
+        slos, max_error_rate: what a point is judged against.
+        workload, tokenizer, ignore_eos: what the requests are.
+        series: the engine's Prometheus series, or None where it has none.
+        seeds: a fresh seed per call.
+        spent: told ("warmup" | "measure", seconds) after each.
+    """
+
+    def __init__(
+        self,
+        *,
+        client: LoadClient,
+        axis: LoadAxis,
+        slos: SLOSet,
+        max_error_rate: float,
+        workload: Workload,
+        tokenizer: Tokenizer | None,
+        ignore_eos: bool,
+        series: ServerSeries | None,
+        seeds: Callable[[], int],
+        spent: Callable[[str, float], None] = lambda phase, s: None,
+    ) -> None:
+        self.client = client
+        self.axis = axis
+        self.slos = slos
+        self.max_error_rate = max_error_rate
+        self.workload = workload
+        self.tokenizer = tokenizer
+        self.ignore_eos = ignore_eos
+        self.series = series
+        self.seeds = seeds
+        self.spent = spent
+
+    def requests(self, server: RunningServer, n: int, model: str) -> list[PreparedRequest]:
+        return prepare_requests(
+            self.workload,
+            n,
+            model=server.served_model or model,
+            tokenizer=self.tokenizer,
+            seed=self.seeds(),
+            ignore_eos=self.ignore_eos,
+        )
+
+    def warmup(self, server: RunningServer, x: float, model: str) -> float:
+        """Requests sent and thrown away after start-up (compilation, cache allocation), at
+        the load about to be measured: the same concurrency, or open-loop arrivals at the same
+        rate (never all at once) for about WARMUP_RATE_S. Returns the seconds it took."""
+        t0 = time.monotonic()
+        self.client.base_url = server.base_url
+        if self.axis.kind == "concurrency":
+            n = max(4, min(int(x), 32))
+            reqs = self.requests(server, n, model)
+            run_load(self.client, reqs, concurrency=min(int(x), n), warmup=n)
+        else:
+            n = max(4, min(math.ceil(WARMUP_RATE_S * x), WARMUP_MAX))
+            reqs = self.requests(server, n, model)
+            run_load(self.client, reqs, rate_rps=x, warmup=n, seed=self.seeds())
+        dt = time.monotonic() - t0
+        self.spent("warmup", dt)
+        return dt
+
+    def measure(self, server: RunningServer, x: float, n: int, model: str) -> Measured:
+        """One load point: ``n`` fresh requests at concurrency or rate ``x``."""
+        reqs = self.requests(server, n, model)
+        self.client.base_url = server.base_url
+        series = self.series
+        before = self._snapshot(server) if series else None
+        t0 = time.monotonic()
+        load: dict[str, Any] = (
+            {"concurrency": int(x)} if self.axis.kind == "concurrency" else {"rate_rps": x}
+        )
+        peaks: dict[str, float] = {}
+        if series and series.gauges:
+            with PeakSampler(server.base_url, series.gauges, series.path) as sampler:
+                res = run_load(self.client, reqs, **load, seed=self.seeds())
+            peaks = sampler.peaks
+        else:
+            res = run_load(self.client, reqs, **load, seed=self.seeds())
+        self.spent("measure", time.monotonic() - t0)
+        metrics = summarize(res.records, self.slos, res.client_cpu_pct)
+        if series and series.kv_cache_usage in peaks:
+            metrics.kv_cache_peak_pct = 100.0 * peaks[series.kv_cache_usage]
+        server_delta = None
+        if series and before is not None:
+            after = self._snapshot(server)
+            if after:
+                d = delta(before, after)
+                server_delta = {k: d[k] for k in series.counters if k in d}
+                acceptance(metrics, server_delta, series)
+        return Measured(metrics, res.records, server_delta)
+
+    def judge(self, m: Measured) -> Judged:
+        """A point's verdict. Open loop: judged as if the rate had been held for the drift
+        horizon, so a queue still growing when the point ended counts against it (the drift
+        is kept on the metrics)."""
+        if self.axis.kind == "rate":
+            drift = queue_drift(m.records)
+            m.metrics.ttft_drift_ms_per_s = drift.slope * 1000.0
+            m.metrics.projected_wait_ms = drift.shift_s * 1000.0
+            if drift.growing:
+                records = project(m.records, drift)
+                judged = summarize(records, self.slos, m.metrics.client_cpu_pct)
+                return Judged(judge(judged, self.slos, self.max_error_rate), records)
+        return Judged(judge(m.metrics, self.slos, self.max_error_rate), m.records)
+
+    def score_window(self, x: float, n: int, metrics: LoadMetrics) -> float:
+        """The window a point's score divides its output tokens by. Closed loop: the measured
+        window. Open loop: the arrival span the rate asked for (n / rate), so the score is the
+        rate times the output tokens per request, the output a service gets at that rate when
+        it keeps up. The measured window also holds the drain of the last requests, a share
+        that depends on how many requests the point sent, so points of different lengths
+        would not compare."""
+        return metrics.duration_s if self.axis.kind == "concurrency" else n / x
+
+    def _snapshot(self, server: RunningServer) -> Snapshot | None:
+        assert self.series is not None
+        try:
+            return fetch_snapshot(server.base_url, self.series.path)
+        except Exception:
+            return None
+
+
+def acceptance(metrics: LoadMetrics, d: dict[str, float], series: ServerSeries) -> None:
+    """Speculative decoding's acceptance over one window (MEASUREMENT.md), where it ran."""
+    drafts = d.get(series.spec_drafts or "", 0.0)
+    drafted = d.get(series.spec_draft_tokens or "", 0.0)
+    accepted = d.get(series.spec_accepted_tokens or "", 0.0)
+    if drafted > 0:
+        metrics.acceptance_rate = accepted / drafted
+    if drafts > 0:
+        metrics.mean_acceptance_length = 1.0 + accepted / drafts
+
+
+def write_records(path: Path, records: list[RequestRecord]) -> None:
+    """A point's raw records, one JSON object per line."""
+    path.write_bytes(b"".join(orjson.dumps(r.to_json()) + b"\n" for r in records))
+
+
+def point_line(m: LoadMetrics, v: Verdict) -> str:
+    """One progress line for a measured point."""
+
+    def ms(x: float | None) -> str:
+        return "-" if x is None else (f"{x / 1000:.2f}s" if x >= 1000 else f"{x:.0f}ms")
+
+    state = "holds" if v.holds else "breaks SLO"
+    prov = " (provisional)" if v.provisional and v.holds else ""
+    growing = (
+        f" | queue growing: TTFT +{m.ttft_drift_ms_per_s:.0f} ms/s, judged "
+        f"+{ms(m.projected_wait_ms)}"
+        if m.projected_wait_ms
+        else ""
+    )
+    return (
+        f"{m.output_tokens_per_s:7.1f} tok/s | TTFT p50 {ms(m.ttft_ms.p50)} p99 {ms(m.ttft_ms.p99)}"
+        f" | TPOT p50 {ms(m.tpot_ms.p50)} p99 {ms(m.tpot_ms.p99)} | n={m.n_requests}"
+        f" err={m.n_failed}{growing} | {state}{prov}"
+    )

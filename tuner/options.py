@@ -1,0 +1,183 @@
+"""What a tuning run is asked to do: ``TuneOptions``, with every check on its values.
+
+The CLI parses strings (durations, percentages) and builds one; the Python API takes one. Either
+way the checks here run before anything starts, so ``api.tune`` refuses what the CLI refuses,
+with the same one-line message (``problem`` turns pydantic's error into it).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+
+from probes.slo import SLOSet
+from probes.workload import Workload
+from tuner.compare import TIE_BAND
+from tuner.space import STAGE_ORDER
+
+SALT = re.compile(r"[0-9A-Za-z_-]{1,32}")
+URL = re.compile(r"^https?://[^/\s]+")
+
+
+class TuneOptions(BaseModel):
+    """Everything a tuning run needs; the CLI and the Python API both build one."""
+
+    model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
+
+    model: str
+    engine: str = "vllm"
+    slos: SLOSet
+    workload: Workload
+    trials: int = Field(8, ge=0)
+    time_budget_s: float | None = Field(None, gt=0)
+    output_dir: Path = Path("results")
+    seed: int = 0
+    max_error_rate: float = 0.01
+    startup_timeout_s: float = Field(300.0, gt=0)
+    request_timeout_s: float = Field(180.0, gt=0)
+    # The load model: open-loop Poisson arrivals at a request rate (what a service sees; the
+    # default) or a closed loop of N concurrent clients.
+    load_model: Literal["rate", "concurrency"] = "rate"
+    start_concurrency: int = Field(8, ge=1)
+    max_concurrency: int = Field(512, ge=1)
+    start_rate_rps: float | None = Field(None, gt=0)  # default: what the probe's point sustained
+    max_rate_rps: float = Field(1000.0, gt=0)
+    search_point_s: float = Field(15.0, gt=0)  # a rate point's arrivals span at least this long
+    salt: str | None = None  # the workload's random salt (default: fresh per run)
+    side_by_side: bool = True  # repeat two configurations too close to call, interleaved
+    confirm_baseline: bool = True  # confirm the baseline too, so the gain is confirmed/confirmed
+    tie_band: float = Field(TIE_BAND, ge=0, lt=1)  # estimates closer than this: too close to call
+    search_min_requests: int = Field(40, ge=1)
+    search_requests_per_slot: float = Field(3.0, gt=0)
+    confirm_requests: int | None = Field(None, ge=1)  # default: what the percentile needs, +10 %
+    space_file: Path | None = None
+    stages: list[str] | None = None  # force this subset of stages (None: the probe's plan)
+    probe: bool = True  # diagnose on the baseline server first
+    # The recommendation is confirmed with every latency SLO at most (1 - headroom) x its limit,
+    # so that another client, a longer run or a noisy neighbour still sees the SLO hold.
+    headroom: float = Field(0.10, ge=0, lt=1)
+    draft_model: str | None = None  # a draft model for speculative decoding (path or hub id)
+    eagle_model: str | None = None  # an EAGLE head for speculative decoding
+    quantized_model: str | None = None  # a pre-quantised checkpoint of the same model
+    accept_divergence: bool = False  # allow a speculative config whose greedy outputs changed
+    endpoint: str | None = None  # --engine endpoint: the running server's root URL
+    served_model: str | None = None  # the model name it serves (default: the first it lists)
+    tokenizer: str | None = None  # for synthetic prompts (default: the model / served name)
+    command: list[str] = []
+
+    @field_validator("salt")
+    @classmethod
+    def _salt(cls, v: str | None) -> str | None:
+        if v is not None and not SALT.fullmatch(v):
+            raise ValueError(
+                f"--salt {v!r}: use 1-32 letters, digits, '-' or '_' (report.json has the run's)"
+            )
+        return v
+
+    @field_validator("draft_model", "eagle_model", "quantized_model")
+    @classmethod
+    def _model_folder(cls, v: str | None, info: ValidationInfo) -> str | None:
+        """A local folder must exist, and is made absolute (the engine runs elsewhere); a hub
+        id is kept as it is."""
+        if v is None or not looks_local(v):
+            return v
+        path = Path(v).expanduser()
+        if not path.is_dir():
+            flag = "--" + str(info.field_name).replace("_", "-")
+            raise ValueError(f"{flag} {v} is not a folder (give a model folder or a hub id)")
+        return str(path.resolve())
+
+    @field_validator("max_error_rate")
+    @classmethod
+    def _error_rate(cls, v: float) -> float:
+        if not 0 <= v < 1:
+            raise ValueError(f"--max-error-rate must be in [0, 1), got {v:g}")
+        return v
+
+    @field_validator("stages")
+    @classmethod
+    def _stages(cls, v: list[str] | None) -> list[str] | None:
+        if v is None:
+            return v
+        bad = [s for s in v if s not in STAGE_ORDER]
+        if bad or not v:
+            raise ValueError(
+                f"--stages {','.join(v)!r}: unknown stage(s) {bad}; known: {', '.join(STAGE_ORDER)}"
+            )
+        return v
+
+    @field_validator("space_file")
+    @classmethod
+    def _space_file(cls, v: Path | None) -> Path | None:
+        if v is not None and not v.is_file():
+            raise ValueError(f"--search-space {v} does not exist")
+        return v
+
+    @field_validator("slos")
+    @classmethod
+    def _slos(cls, v: SLOSet) -> SLOSet:
+        if not v.latency:
+            raise ValueError(
+                "give at least one latency SLO (ttft, tpot, itl or e2e) to score configurations by"
+            )
+        return v
+
+    @model_validator(mode="after")
+    def _target(self) -> TuneOptions:
+        if self.engine == "endpoint":
+            if not self.endpoint:
+                raise ValueError(
+                    "--engine endpoint needs --endpoint URL (the running server's root URL)"
+                )
+            if not URL.match(self.endpoint):
+                raise ValueError(
+                    f"--endpoint {self.endpoint!r} is not an http(s) URL such as "
+                    "http://127.0.0.1:8000"
+                )
+        elif self.endpoint:
+            raise ValueError(
+                "--endpoint is for --engine endpoint (a server autotune does not start)"
+            )
+        elif not self.model:
+            raise ValueError("--model is required (try --model smollm2-135m)")
+        return self
+
+
+def looks_local(value: str) -> bool:
+    """Whether a model argument names a local path rather than a hub id."""
+    return value.startswith(("/", ".", "~")) or Path(value).exists()
+
+
+BOUNDS = {
+    "greater_than_equal": ("ge", ">="),
+    "greater_than": ("gt", ">"),
+    "less_than": ("lt", "<"),
+    "less_than_equal": ("le", "<="),
+}
+
+
+def problem(exc: ValidationError) -> str:
+    """The first of a validation error's problems, as one line naming the flag, such as
+    ``--trials must be >= 0, got -1``."""
+    err = exc.errors()[0]
+    msg = str(err.get("msg", exc))
+    if msg.startswith("Value error, "):
+        return msg[len("Value error, ") :]
+    loc = [str(x) for x in err.get("loc", ()) if isinstance(x, str)]
+    flag = "--" + loc[0].replace("_", "-").removesuffix("-s") if loc else "an option"
+    bound = BOUNDS.get(str(err.get("type", "")))
+    ctx = err.get("ctx") or {}
+    if bound and bound[0] in ctx:
+        return f"{flag} must be {bound[1]} {ctx[bound[0]]}, got {err.get('input')}"
+    return f"{flag}: {msg[0].lower() + msg[1:]}" if msg else f"{flag} is invalid"
