@@ -112,6 +112,13 @@ def tune_cmd(
             help="confirm the recommendation with latencies this far under their limits, e.g. 10%",
         ),
     ] = "10%",
+    load_margin: Annotated[
+        str,
+        typer.Option(
+            help="under --load rate, recommend at most this far under the fitted capacity, e.g. "
+            "15% (open-loop latency explodes near saturation; a heavier client sees it first)",
+        ),
+    ] = "15%",
     stages: Annotated[
         str | None,
         typer.Option(help="run only these stages, e.g. batching,quantisation [default: all]"),
@@ -162,6 +169,10 @@ def tune_cmd(
         fail(f"--headroom {headroom!r} is not a percentage such as 10%")
     if not 0 <= headroom_frac < 1:
         fail(f"--headroom must be in [0%, 100%), got {headroom}")
+    try:
+        margin_frac = float(load_margin.strip().rstrip("%")) / 100.0
+    except ValueError:
+        fail(f"--load-margin {load_margin!r} is not a percentage such as 15%")
     stage_list = None
     if stages is not None:
         stage_list = [s.strip() for s in stages.split(",") if s.strip()]
@@ -178,7 +189,7 @@ def tune_cmd(
             slos=slos,
             workload=wl,
             engine=engine,
-            load_model=load,  # type: ignore[arg-type]
+            load_model=load,
             salt=salt,
             trials=trials,
             time_budget_s=budget_s,
@@ -189,6 +200,7 @@ def tune_cmd(
             space_file=search_space,
             stages=stage_list,
             headroom=headroom_frac,
+            load_margin=margin_frac,
             draft_model=draft_model,
             eagle_model=eagle_model,
             quantized_model=quantized_model,

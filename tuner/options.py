@@ -57,7 +57,7 @@ class TuneOptions(BaseModel):
     salt: str | None = None  # the workload's random salt (default: fresh per run)
     side_by_side: bool = True  # repeat two configurations too close to call, interleaved
     confirm_baseline: bool = True  # confirm the baseline too, so the gain is confirmed/confirmed
-    tie_band: float = Field(TIE_BAND, ge=0, lt=1)  # estimates closer than this: too close to call
+    tie_band: float = Field(TIE_BAND, ge=0, le=1)  # estimates closer than this: too close to call
     search_min_requests: int = Field(40, ge=1)
     search_requests_per_slot: float = Field(3.0, gt=0)
     confirm_requests: int | None = Field(None, ge=1)  # default: what the percentile needs, +10 %
@@ -67,6 +67,11 @@ class TuneOptions(BaseModel):
     # The recommendation is confirmed with every latency SLO at most (1 - headroom) x its limit,
     # so that another client, a longer run or a noisy neighbour still sees the SLO hold.
     headroom: float = Field(0.10, ge=0, lt=1)
+    # Open loop only: no confirmation try above (1 - load_margin) x the fitted capacity. Open-loop
+    # latency rises so steeply near saturation that the latency headroom is ~1 % of load there;
+    # on this project's 2-core machines vLLM's own benchmark client (15-20 % of a core, against
+    # autotune's 3-5 %) broke p99 TTFT at 0.88 of autotune's fitted capacity (tuner/confirm.py).
+    load_margin: float = Field(0.15, ge=0, lt=1)
     draft_model: str | None = None  # a draft model for speculative decoding (path or hub id)
     eagle_model: str | None = None  # an EAGLE head for speculative decoding
     quantized_model: str | None = None  # a pre-quantised checkpoint of the same model
@@ -179,5 +184,9 @@ def problem(exc: ValidationError) -> str:
     bound = BOUNDS.get(str(err.get("type", "")))
     ctx = err.get("ctx") or {}
     if bound and bound[0] in ctx:
-        return f"{flag} must be {bound[1]} {ctx[bound[0]]}, got {err.get('input')}"
+        return f"{flag} must be {bound[1]} {_num(ctx[bound[0]])}, got {_num(err.get('input'))}"
     return f"{flag}: {msg[0].lower() + msg[1:]}" if msg else f"{flag} is invalid"
+
+
+def _num(x: object) -> str:
+    return f"{x:g}" if isinstance(x, float) else str(x)

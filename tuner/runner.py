@@ -1128,7 +1128,7 @@ class Runner:
         rps = trial.metrics.requests_per_s if trial.metrics else 1.0
         e2e_s = (trial.metrics.e2e_ms.p50 or 0.0) / 1000.0 if trial.metrics else 0.0
         # Open loop: a margin in load too (tuner/confirm.py says why); closed loop: latency's.
-        margin = self.opts.headroom if self.axis.kind == "rate" else 0.0
+        margin = self.opts.load_margin if self.axis.kind == "rate" else 0.0
         points = self.samples.get(trial.number, [])
         first = target_load(points, self.cons, self.axis, self.opts.headroom, margin)
         budgeted = self.opts.time_budget_s is not None

@@ -23,7 +23,8 @@ def test_get_engine_vllm() -> None:
     assert isinstance(engine, VLLMEngine)
     assert engine.name == "vllm"
     assert engine.supports_ignore_eos is True
-    assert engine.metrics_path == "/metrics"
+    assert engine.series is not None and engine.series.path == "/metrics"
+    assert all(n.startswith("vllm:") for n in (*engine.series.gauges, *engine.series.counters))
 
 
 def test_unknown_engine_lists_the_known_ones() -> None:

@@ -29,7 +29,7 @@ def _opts(**kw: Any) -> TuneOptions:
         ({"trials": -1}, "--trials must be >= 0, got -1"),
         ({"time_budget_s": 0}, "--time-budget must be > 0, got 0"),
         ({"max_error_rate": 1.5}, "--max-error-rate must be in [0, 1), got 1.5"),
-        ({"headroom": 1.0}, "--headroom must be < 1, got 1.0"),
+        ({"headroom": 1.0}, "--headroom must be < 1, got 1"),
         ({"salt": "a b"}, "--salt 'a b': use 1-32 letters"),
         ({"stages": ["batching", "turbo"]}, "unknown stage(s) ['turbo']"),
         ({"space_file": Path("no/such.yaml")}, "--search-space no/such.yaml does not exist"),

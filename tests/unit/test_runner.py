@@ -14,9 +14,11 @@ from pathlib import Path
 
 import pytest
 
+from probes.server_metrics import ServerSeries
 from probes.slo import parse_slos
 from probes.workload import parse_workload
 from tuner.engines.base import HOST, LaunchSpec
+from tuner.engines.vllm import VLLM_SERIES
 from tuner.hardware import Hardware
 from tuner.options import TuneOptions
 from tuner.runner import Runner
@@ -54,7 +56,7 @@ stages:
 class FakeEngine:
     name = "fake"
     supports_ignore_eos = False
-    metrics_path: str | None = "/metrics"
+    series: ServerSeries | None = VLLM_SERIES  # the fake server mimics vLLM's /metrics
 
     def version(self) -> str:
         return "fake 1.0"
