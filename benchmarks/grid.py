@@ -57,9 +57,9 @@ from probes.slo import SLOError, parse_slos  # noqa: E402
 from tuner.engines import get_engine  # noqa: E402
 from tuner.engines.base import Engine, LaunchSpec, free_port  # noqa: E402
 from tuner.hardware import detect_hardware, template_context  # noqa: E402
+from tuner.launch import launch_settings  # noqa: E402  (the tuner's own launch builder)
 from tuner.models import ModelError, resolve_model  # noqa: E402
 from tuner.report import write_atomic  # noqa: E402
-from tuner.runner import _without_flags  # noqa: E402  (the tuner's own flag override)
 from tuner.space import SearchSpace, SpaceError, load_space, space_path  # noqa: E402
 
 Result = dict[str, Any]
@@ -91,16 +91,14 @@ GRID: list[Result] = [
 def tuner_spec(
     space: SearchSpace, ctx: Result, engine: Engine, model_path: str, params: Result
 ) -> LaunchSpec:
-    """The launch command the tuner builds for a trial with ``params`` (tuner.runner's
-    ``Runner._spec``): common + baseline settings, the rendered knobs overriding the baseline's.
+    """The launch command the tuner builds for a trial with ``params`` (tuner/launch.py, the
+    builder tuning and ``autotune probe`` use): common + baseline settings, the rendered knobs
+    overriding the baseline's.
 
     Raises:
         SpaceError: a knob the space does not have, or a bad value.
     """
-    base_args, base_env = list(space.baseline.args), dict(space.baseline.env)
-    emit = space.render(params, ctx)
-    args = [*space.common.args, *_without_flags(base_args, emit.args), *emit.args]
-    env = {**space.common.env, **base_env, **emit.env}
+    args, env = launch_settings(space, params, ctx)
     return engine.launch_spec(model_path, args, env, free_port())
 
 

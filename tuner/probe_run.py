@@ -27,6 +27,7 @@ from tuner.engines import get_engine
 from tuner.engines.base import ServerProcess, free_port
 from tuner.engines.endpoint import EndpointEngine, EndpointError, attach
 from tuner.hardware import Hardware, detect_hardware, template_context
+from tuner.launch import launch_settings
 from tuner.models import resolve_model
 from tuner.space import SpaceError, load_space, space_path
 
@@ -110,13 +111,12 @@ def _server(
     engine = get_engine(engine_name)
     resolved = resolve_model(model)
     space = load_space(space_path(engine.name, hw.device))
+    # What every launch sets, what the baseline needs to start here, then the given knobs
+    # (tuner/launch.py: the builder tuning uses, so a knob never passes a baseline flag twice).
     try:
-        emit = space.render(params, template_context(hw))
+        args, env = launch_settings(space, params, template_context(hw))
     except SpaceError as exc:
         raise ProbeError(str(exc)) from None
-    # What every launch sets, what the baseline needs to start here, then the given knobs.
-    args = [*space.common.args, *space.baseline.args, *emit.args]
-    env = {**space.common.env, **space.baseline.env, **emit.env}
     spec = engine.launch_spec(resolved.path, args, env, free_port())
     say(f"probe: starting {engine.name} ({' '.join(args) or 'defaults'})")
     with ServerProcess(spec, out_dir / "server.log", classify=engine.classify_failure) as srv:

@@ -69,6 +69,7 @@ from tuner.engines.base import (
 from tuner.engines.endpoint import AttachedServer, EndpointError, attach
 from tuner.estimate import CapacityEstimate, Samples, constraints, estimate
 from tuner.hardware import Hardware, detect_hardware, template_context
+from tuner.launch import launch_settings
 from tuner.measure import PointMeasurer, point_line, write_records
 from tuner.models import resolve_model
 from tuner.options import TuneOptions
@@ -352,17 +353,7 @@ class Runner:
     # ----------------------------------------------------------------- trials
     def _spec(self, params: dict[str, Any], baseline: bool) -> LaunchSpec:
         assert self.space is not None
-        common = self.space.common
-        base_args, base_env = list(self.space.baseline.args), dict(self.space.baseline.env)
-        if baseline:
-            args, env = base_args, base_env
-        else:
-            # A trial starts from the baseline's settings; its knobs override them.
-            emit = self.space.render(params, self.ctx)
-            args = [*_without_flags(base_args, emit.args), *emit.args]
-            env = {**base_env, **emit.env}
-        args = [*common.args, *args]
-        env = {**common.env, **env}
+        args, env = launch_settings(self.space, {} if baseline else params, self.ctx)
         return self.engine.launch_spec(self.model_path, args, env, free_port())
 
     @contextlib.contextmanager
@@ -1449,22 +1440,6 @@ def _max_positions(model_path: str) -> int | None:
         return None
     n = cfg.get("max_position_embeddings")
     return int(n) if isinstance(n, int) else None
-
-
-def _without_flags(base: list[str], override: list[str]) -> list[str]:
-    """``base`` launch arguments without the flags (and their values) that ``override`` sets."""
-    taken = {a for a in override if a.startswith("--")}
-    out: list[str] = []
-    i = 0
-    while i < len(base):
-        a = base[i]
-        has_value = i + 1 < len(base) and not base[i + 1].startswith("--")
-        if a.startswith("--") and a in taken:
-            i += 2 if has_value else 1
-            continue
-        out.append(a)
-        i += 1
-    return out
 
 
 def _prediction_held(expected: str | None, gain: float | None) -> bool | None:
