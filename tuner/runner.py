@@ -30,7 +30,6 @@ import secrets
 import sys
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from functools import partial
 from pathlib import Path
@@ -40,20 +39,14 @@ import orjson
 
 from probes.client import LoadClient
 from probes.diagnose import Diagnosis, run_diagnosis
-from probes.exactness import EXACT_TOKENS, Exactness, compare, describe, exact_prompts
+from probes.exactness import Exactness, describe
 from probes.metrics import LoadMetrics
 from probes.quality import (
-    Continuation,
     Quality,
-    QualityCheck,
     QualityError,
-    check,
-    eval_texts,
-    greedy_agreement,
-    greedy_continuations,
-    perplexity,
 )
 from probes.workload import SyntheticWorkload, Tokenizer
+from tuner.budget import Budget, PhaseTimes
 from tuner.capacity import LoadAxis, PointOutcome, find_capacity
 from tuner.compare import ComparisonReport, beaten, side_by_side, too_close, verdict
 from tuner.confirm import ConfirmResult, Try, confirm, target_load
@@ -68,6 +61,7 @@ from tuner.engines.base import (
 )
 from tuner.engines.endpoint import AttachedServer, EndpointError, attach
 from tuner.estimate import CapacityEstimate, Samples, constraints, estimate
+from tuner.gates import ExactnessGate, QualityGate, rejection
 from tuner.hardware import Hardware, detect_hardware, template_context
 from tuner.launch import launch_settings
 from tuner.measure import PointMeasurer, point_line, write_records
@@ -92,27 +86,10 @@ from tuner.space import STAGE_ORDER, SearchSpace, Stage, found_in_log, load_spac
 Progress = Callable[[str], None]
 RunStatus = Literal["complete", "interrupted", "failed"]
 DEFAULT_QUALITY_PCT = 1.0  # perplexity may rise by at most 1 % unless --slo quality=X% says
-QUALITY_BUDGET_S = 90.0  # a configuration slower than this to score the evaluation set is out
-GREEDY_BUDGET_S = 60.0
-AGREEMENT_TEXTS = 8  # texts for greedy-token agreement, where an engine has no log-probabilities
 
 
 class RunInterrupted(KeyboardInterrupt):
     pass
-
-
-@dataclass
-class Clock:
-    """Wall-time accounting of a run, by phase."""
-
-    t0: float = field(default_factory=time.monotonic)
-    startup_s: float = 0.0
-    warmup_s: float = 0.0
-    measure_s: float = 0.0
-    engine_starts: int = 0
-
-    def elapsed(self) -> float:
-        return time.monotonic() - self.t0
 
 
 def _slug(text: str) -> str:
@@ -133,7 +110,8 @@ class Runner:
         self._progress = progress
         self.engine = engine or get_engine(opts.engine)
         self.hw = hardware or detect_hardware()
-        self.clock = Clock()
+        self.clock = PhaseTimes()
+        self.budget = Budget(opts.time_budget_s, start=self.clock.t0)
         # A fresh salt per run (recorded; --salt reproduces it): prompts differ between runs,
         # so a prefix cache never serves one run's prompts to the next.
         self.salt = opts.salt or secrets.token_hex(4)
@@ -166,16 +144,10 @@ class Runner:
         # An endpoint is attached to, never launched: only the client-side load is searched.
         self.attached: AttachedServer | None = None
         self.launches = bool(getattr(self.engine, "launches", True))
-        self.quality_ref: Quality | list[Continuation] | None = None  # the baseline's quality
-        self.quality_ref_error: str | None = None
-        self.greedy: dict[int, list[Continuation]] = {}  # trial number -> greedy outputs
-        self.reference: int | None = None  # the trial speculative configs are compared with
-        self.stage_deadline = math.inf
+        self.exactness = ExactnessGate()
         slo_q = opts.slos.quality
         self.quality_limit = slo_q.max_degradation_pct if slo_q else DEFAULT_QUALITY_PCT
-        self.deadline = (
-            self.clock.t0 + opts.time_budget_s if opts.time_budget_s is not None else math.inf
-        )
+        self.quality = QualityGate(self.quality_limit)
 
     # ----------------------------------------------------------------- helpers
     def say(self, msg: str) -> None:
@@ -474,9 +446,11 @@ class Runner:
         start = self._start_load(best)
         if not baseline and self.space and self.space.changed("quantisation", trial.params):
             # Before the warm-up, so that a configuration too slow to time still gets its
-            # quality figure (bounded by QUALITY_BUDGET_S).
+            # quality figure (bounded by tuner.gates.QUALITY_BUDGET_S).
             try:
-                trial.quality = self._quality(server)
+                trial.quality = self.quality.check(
+                    server.base_url, server.served_model or self.model_path
+                )
             except QualityError as exc:
                 trial.status, trial.error = "failed", f"quality could not be measured: {exc}"
                 self.say(f"{label}: {trial.error}")
@@ -550,7 +524,7 @@ class Runner:
         rps = trial.metrics.requests_per_s if trial.metrics else 1.0
         point_s = sum(self._n_search(x, trial) for x in loads) * 2 * rounds / max(rps, 1e-3)
         need = (best.startup_s or 60.0) + (best.warmup_s or 20.0) + point_s
-        if time.monotonic() + need + self._confirm_estimate_s() > self.deadline:
+        if not self.budget.fits(need, self._confirm_estimate_s()):
             self.notes.append(
                 f"trials {best.number} and {trial.number} are within each other's intervals; "
                 "the time budget left no room to measure them side by side"
@@ -619,38 +593,11 @@ class Runner:
         return None
 
     def _baseline_quality(self, server: RunningServer) -> None:
-        """The reference for the quality gate: perplexity where the engine gives prompt
-        log-probabilities, else greedy continuations (for greedy-token agreement)."""
-        model = server.served_model or self.model_path
-        try:
-            self.quality_ref = perplexity(server.base_url, model, budget_s=QUALITY_BUDGET_S)
-            self.say(f"quality reference: perplexity {self.quality_ref.value:.4g}")
-        except QualityError as exc:
-            try:
-                self.quality_ref = greedy_continuations(
-                    server.base_url, model, eval_texts(AGREEMENT_TEXTS), budget_s=QUALITY_BUDGET_S
-                )
-                self.notes.append(
-                    f"perplexity unavailable ({exc}); quality is greedy-token agreement"
-                )
-            except QualityError as exc2:
-                self.quality_ref_error = str(exc2)
-                self.notes.append(f"the baseline's quality could not be measured: {exc2}")
-
-    def _quality(self, server: RunningServer) -> QualityCheck:
-        """This configuration's quality against the baseline's. Raises QualityError."""
-        model = server.served_model or self.model_path
-        ref = self.quality_ref
-        if ref is None:
-            raise QualityError(self.quality_ref_error or "no baseline quality to compare with")
-        if isinstance(ref, Quality):
-            q = perplexity(server.base_url, model, budget_s=QUALITY_BUDGET_S)
-            return check(q, ref, self.quality_limit)
-        got = greedy_continuations(
-            server.base_url, model, eval_texts(AGREEMENT_TEXTS), budget_s=QUALITY_BUDGET_S
-        )
-        full = Quality(metric="greedy_agreement", value=1.0, n_tokens=1, n_texts=len(ref))
-        return check(greedy_agreement(got, ref), full, self.quality_limit)
+        """The quality gate's reference, on the baseline server (tuner/gates.py)."""
+        notes = self.quality.take_reference(server.base_url, server.served_model or self.model_path)
+        self.notes += notes
+        if isinstance(self.quality.ref, Quality):
+            self.say(f"quality reference: perplexity {self.quality.ref.value:.4g}")
 
     def _exactness(
         self,
@@ -662,7 +609,7 @@ class Runner:
     ) -> None:
         """Greedy outputs at concurrency 1: kept as the reference by a configuration that may
         be carried into the speculative stage, compared with that reference by one that uses
-        speculative decoding."""
+        speculative decoding (tuner/gates.py)."""
         if self.space is None or not self._wants("speculative"):
             return
         speculative = bool(self.space.changed("speculative", trial.params))
@@ -671,15 +618,8 @@ class Runner:
         )
         if not speculative and not (new_best and trial.status == "ok"):
             return
-        prompts = exact_prompts()
         try:
-            outs = greedy_continuations(
-                server.base_url,
-                server.served_model or self.model_path,
-                prompts,
-                EXACT_TOKENS,
-                budget_s=GREEDY_BUDGET_S,
-            )
+            outs = self.exactness.outputs(server.base_url, server.served_model or self.model_path)
         except QualityError as exc:
             if speculative:
                 trial.exactness = Exactness(checked=False, reason=f"greedy outputs: {exc}")
@@ -687,26 +627,11 @@ class Runner:
             return
         write_atomic(tdir / "greedy.json", orjson.dumps([o.model_dump() for o in outs]))
         if not speculative:
-            self.greedy[trial.number] = outs
+            self.exactness.keep(trial.number, outs)
             return
-        ref = self.greedy.get(self.reference) if self.reference is not None else None
-        if ref is None:
-            trial.exactness = Exactness(
-                checked=False,
-                reason="the configuration it started from has no greedy outputs to compare with",
-            )
-        else:
-            trial.exactness = compare(outs, ref, prompts, self.reference)
+        trial.exactness = self.exactness.compare(outs)
         self.say(f"{label}: exactness: {describe(trial.exactness)}")
-        if trial.exactness.identical:
-            return
-        if not trial.exactness.checked:
-            trial.rejected = trial.rejected or f"exactness {describe(trial.exactness)}"
-        elif not self.opts.accept_divergence:
-            trial.rejected = trial.rejected or (
-                f"speculative decoding changed the greedy outputs ({describe(trial.exactness)}); "
-                "--accept-divergence allows it"
-            )
+        trial.rejected = trial.rejected or rejection(trial.exactness, self.opts.accept_divergence)
 
     def _diagnose(self, server: RunningServer) -> None:
         """The probe, on the baseline server: where the time goes, which stages can pay off."""
@@ -848,8 +773,7 @@ class Runner:
         return (best.startup_s or 60.0) + 30.0 + 2 * one_try
 
     def _time_left_reason(self, started: list[int] | None = None) -> str | None:
-        now = time.monotonic()
-        left = self.deadline - now
+        left = self.budget.left()
         need = self._trial_min_s() + self._confirm_estimate_s()
         if left < need:
             return (
@@ -858,18 +782,14 @@ class Runner:
             )
         # A stage keeps its share of the budget for the stages after it (its first trial
         # always runs if the whole budget allows).
-        if started and now + self._trial_estimate_s() > self.stage_deadline:
+        if started and not self.budget.stage_fits(self._trial_estimate_s()):
             return "this stage's share of the time budget is spent (later stages keep theirs)"
         return None
 
     def _set_stage_deadline(self, n_trials: int, later_trials: int) -> None:
         """This stage's share of the time left, in proportion to its planned trials."""
-        if not math.isfinite(self.deadline):
-            self.stage_deadline = math.inf
-            return
-        left = self.deadline - time.monotonic() - self._confirm_estimate_s()
         share = n_trials / max(1, n_trials + later_trials)
-        self.stage_deadline = time.monotonic() + max(0.0, left) * share
+        self.budget.open_stage(share, reserve_s=self._confirm_estimate_s())
 
     def _points_time_left(self, trial: TrialReport | None = None) -> str | None:
         """Stop a capacity search early when the budget must keep time for the confirmation:
@@ -878,7 +798,7 @@ class Runner:
         if trial is not None and trial.points:
             m = trial.points[-1].metrics
             last_s = m.duration_s
-        if time.monotonic() + last_s + self._confirm_estimate_s() > self.deadline:
+        if not self.budget.fits(last_s, self._confirm_estimate_s()):
             return "time budget: stopped measuring to keep time for the confirmation"
         return None
 
@@ -964,7 +884,7 @@ class Runner:
             score_before = before.score_tokens_per_s if before else None
             if name == "speculative":
                 # Speculative configurations are checked against the one they start from.
-                self.reference = before.number if before else None
+                self.exactness.reference = before.number if before else None
             later = sum(p or 0 for _, p, _, _ in plan[i_stage + 1 :])
             self._set_stage_deadline(n_trials, later)
             known: list[tuple[dict[str, Any], Outcome]] = []
@@ -1126,7 +1046,7 @@ class Runner:
         reserve = self._trial_min_s() + self._confirm_estimate_s() if baseline else 0.0
 
         def n_for(x: float) -> int:
-            left = self.deadline - time.monotonic() - 10.0 - reserve
+            left = self.budget.left(10.0 + reserve)
             return self._n_confirm_fit(x, rps, left if math.isfinite(left) else None)
 
         def try_s(x: float) -> float:
@@ -1135,7 +1055,7 @@ class Runner:
             per_s = x if self.axis.kind == "rate" else rps
             return n_for(x) / max(per_s, 1e-3) + e2e_s
 
-        if budgeted and baseline and time.monotonic() + try_s(first) + reserve > self.deadline:
+        if budgeted and baseline and not self.budget.fits(try_s(first), reserve):
             self.notes.append(
                 f"the time budget left no room to confirm the baseline (about "
                 f"{try_s(first):.0f} s for one try): its figure is the search estimate, and no "
@@ -1163,7 +1083,7 @@ class Runner:
 
         def may_try(x: float) -> str | None:
             need = try_s(x)
-            if time.monotonic() + need + reserve > self.deadline:
+            if not self.budget.fits(need, reserve):
                 return f"time budget: another try at {self.axis.label(x)} needs about {need:.0f} s"
             return None
 
