@@ -28,7 +28,10 @@ from scipy.stats import theilslopes
 
 from probes.records import RequestRecord
 
-HORIZON_S = 120.0  # how long a rate must hold: longer than a confirmation or a benchmark run
+# How long a rate must hold: about as long as a confirmation (459+ requests) or a 500-request
+# benchmark run at this project's rates. The projection is linear, so a longer horizon scales
+# the slope's noise up with it (a 15 s point's slope is good to about +-5 ms/s).
+HORIZON_S = 60.0
 MIN_RECORDS = 20  # fewer completed requests: no slope is estimated
 CONFIDENCE = 0.90
 

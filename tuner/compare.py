@@ -38,8 +38,9 @@ TIE_BAND = 0.05
 
 def beaten(challenger: CapacityEstimate, best: CapacityEstimate, band: float = TIE_BAND) -> bool:
     """The challenger cannot come within the tie band of the best's pessimistic end even at the
-    optimistic end of its own interval."""
-    return challenger.optimistic < best.low * (1.0 - band)
+    most its points allow (the optimistic end of its interval, or the first load that did not
+    hold where that is higher: ``CapacityEstimate.most``)."""
+    return challenger.most < best.low * (1.0 - band)
 
 
 def too_close(a: CapacityEstimate, b: CapacityEstimate, band: float = TIE_BAND) -> bool:

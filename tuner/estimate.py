@@ -142,6 +142,14 @@ class CapacityEstimate(BaseModel):
     def optimistic(self) -> float:
         return math.inf if self.high is None else self.high
 
+    @property
+    def most(self) -> float:
+        """The most the points allow: the optimistic end, or the tokens/s at the first load
+        that did not hold where that is higher. Between two measured loads the latency curve
+        may bend anywhere, which the bootstrap over requests does not see."""
+        top = self.bracket_tokens_per_s[1] if self.bracket_tokens_per_s else 0.0
+        return max(self.optimistic, top)
+
 
 def _percentile_rows(values: np.ndarray, idx: np.ndarray, pct: float) -> np.ndarray:
     """The percentile of each resample (rows of ``idx``), NaN where a row has no sample."""

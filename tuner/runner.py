@@ -368,8 +368,8 @@ class Runner:
         self, trial: TrialReport, best: TrialReport | None
     ) -> Callable[[list[PointOutcome]], str | None]:
         """Clearly beaten: stop the capacity search once the estimate from this trial's points
-        so far is beaten at the optimistic end of its interval by the best configuration's
-        pessimistic end (tuner/compare.py); never on a coin flip at the SLO's edge."""
+        so far is beaten, at the most its points allow, by the best configuration's pessimistic
+        end (tuner/compare.py); never on a coin flip at the SLO's edge."""
 
         def rule(points: list[PointOutcome]) -> str | None:
             if best is None or best.estimate is None or best.estimate.censored == "below":
@@ -378,9 +378,8 @@ class Runner:
             if est is None or not beaten(est, best.estimate, self.opts.tie_band):
                 return None
             return (
-                f"beaten: at most {est.optimistic:.0f} tokens/s (the optimistic end of its "
-                f"90 % interval, {len(points)} points) against at least {best.estimate.low:.0f} "
-                f"for trial {best.number}"
+                f"beaten: at most {est.most:.0f} tokens/s (the most its {len(points)} points "
+                f"allow) against at least {best.estimate.low:.0f} for trial {best.number}"
             )
 
         return rule
@@ -1105,7 +1104,17 @@ class Runner:
             start=first,
             load_margin=margin,
         )
-        return self._recommendation(trial, res, label)
+        rec = self._recommendation(trial, res, label)
+        if baseline and res.tries:
+            # The search compares every trial with the baseline: from here on, with an estimate
+            # that has the full-size tries in it too (short open-loop points are optimistic).
+            self.samples.setdefault(trial.number, []).extend(t.samples for t in res.tries)
+            est = self._apply_estimate(trial)
+            if est is not None and trial.status == "ok" and est.censored != "below":
+                self.say(
+                    f"trial {trial.number}: with its confirmation, {_describe(est, self.axis)}"
+                )
+        return rec
 
     def _recommendation(
         self, trial: TrialReport, res: ConfirmResult, label: str
@@ -1128,7 +1137,9 @@ class Runner:
                     else f"no confirmation try met the SLOs ({len(res.tries)} tried; {res.stopped})"
                 )
             )
-        all_points = [*self.samples.get(trial.number, []), *(t.samples for t in res.tries)]
+        searched = self.samples.get(trial.number, [])
+        new = [t.samples for t in res.tries if all(t.samples is not p for p in searched)]
+        all_points = [*searched, *new]
         capacity = estimate(all_points, self.cons, seed=self.opts.seed + trial.number)
         return Recommendation(
             params=trial.params,

@@ -321,7 +321,7 @@ def test_quality_gate_no_effect_hang_and_exactness_on_a_fake_engine(tmp_path: Pa
     assert ex is not None and ex.identical is False and ex.first_divergence is not None
     assert ex.first_divergence.position == 3 and ex.first_divergence.prompt_index == 0
     assert diff.rejected and "--accept-divergence" in diff.rejected
-    ref = runner.reference
+    ref = runner.exactness.reference
     assert ref is not None and ex.reference_trial == ref
     assert ref in (0, mild.number)  # the configuration the speculative stage started from
     assert report.recommended is not None and report.recommended.from_trial != diff.number
