@@ -119,6 +119,13 @@ def tune_cmd(
             "15% (open-loop latency explodes near saturation; a heavier client sees it first)",
         ),
     ] = "15%",
+    neighbour_cpu: Annotated[
+        str,
+        typer.Option(
+            help="score and confirm beside a process burning this share of one core, e.g. 16% "
+            "(a co-located benchmark client such as vLLM's)",
+        ),
+    ] = "0%",
     stages: Annotated[
         str | None,
         typer.Option(help="run only these stages, e.g. batching,quantisation [default: all]"),
@@ -173,6 +180,12 @@ def tune_cmd(
         margin_frac = float(load_margin.strip().rstrip("%")) / 100.0
     except ValueError:
         fail(f"--load-margin {load_margin!r} is not a percentage such as 15%")
+    if not 0 <= margin_frac < 1:
+        fail(f"--load-margin must be in [0%, 100%), got {load_margin}")
+    try:
+        neighbour_pct = float(neighbour_cpu.strip().rstrip("%"))
+    except ValueError:
+        fail(f"--neighbour-cpu {neighbour_cpu!r} is not a percentage such as 16%")
     stage_list = None
     if stages is not None:
         stage_list = [s.strip() for s in stages.split(",") if s.strip()]
@@ -201,6 +214,7 @@ def tune_cmd(
             stages=stage_list,
             headroom=headroom_frac,
             load_margin=margin_frac,
+            neighbour_cpu_pct=neighbour_pct,
             draft_model=draft_model,
             eagle_model=eagle_model,
             quantized_model=quantized_model,

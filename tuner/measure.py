@@ -21,6 +21,7 @@ import orjson
 from probes.client import LoadClient, run_load
 from probes.drift import project, queue_drift
 from probes.metrics import LoadMetrics, Verdict, judge, summarize
+from probes.neighbour import Neighbour
 from probes.records import RequestRecord
 from probes.server_metrics import PeakSampler, ServerSeries, Snapshot, delta, fetch_snapshot
 from probes.slo import SLOSet
@@ -61,6 +62,8 @@ class PointMeasurer:
         series: the engine's Prometheus series, or None where it has none.
         seeds: a fresh seed per call.
         spent: told ("warmup" | "measure", seconds) after each.
+        neighbour_pct: a CPU neighbour burning this share of one core during every warm-up
+            and point (probes/neighbour.py); 0: none.
     """
 
     def __init__(
@@ -76,6 +79,7 @@ class PointMeasurer:
         series: ServerSeries | None,
         seeds: Callable[[], int],
         spent: Callable[[str, float], None] = lambda phase, s: None,
+        neighbour_pct: float = 0.0,
     ) -> None:
         self.client = client
         self.axis = axis
@@ -87,6 +91,7 @@ class PointMeasurer:
         self.series = series
         self.seeds = seeds
         self.spent = spent
+        self.neighbour_pct = neighbour_pct
 
     def requests(self, server: RunningServer, n: int, model: str) -> list[PreparedRequest]:
         return prepare_requests(
@@ -104,14 +109,15 @@ class PointMeasurer:
         rate (never all at once) for about WARMUP_RATE_S. Returns the seconds it took."""
         t0 = time.monotonic()
         self.client.base_url = server.base_url
-        if self.axis.kind == "concurrency":
-            n = max(4, min(int(x), 32))
-            reqs = self.requests(server, n, model)
-            run_load(self.client, reqs, concurrency=min(int(x), n), warmup=n)
-        else:
-            n = max(4, min(math.ceil(WARMUP_RATE_S * x), WARMUP_MAX))
-            reqs = self.requests(server, n, model)
-            run_load(self.client, reqs, rate_rps=x, warmup=n, seed=self.seeds())
+        with Neighbour(self.neighbour_pct):
+            if self.axis.kind == "concurrency":
+                n = max(4, min(int(x), 32))
+                reqs = self.requests(server, n, model)
+                run_load(self.client, reqs, concurrency=min(int(x), n), warmup=n)
+            else:
+                n = max(4, min(math.ceil(WARMUP_RATE_S * x), WARMUP_MAX))
+                reqs = self.requests(server, n, model)
+                run_load(self.client, reqs, rate_rps=x, warmup=n, seed=self.seeds())
         dt = time.monotonic() - t0
         self.spent("warmup", dt)
         return dt
@@ -127,12 +133,13 @@ class PointMeasurer:
             {"concurrency": int(x)} if self.axis.kind == "concurrency" else {"rate_rps": x}
         )
         peaks: dict[str, float] = {}
-        if series and series.gauges:
-            with PeakSampler(server.base_url, series.gauges, series.path) as sampler:
+        with Neighbour(self.neighbour_pct):
+            if series and series.gauges:
+                with PeakSampler(server.base_url, series.gauges, series.path) as sampler:
+                    res = run_load(self.client, reqs, **load, seed=self.seeds())
+                peaks = sampler.peaks
+            else:
                 res = run_load(self.client, reqs, **load, seed=self.seeds())
-            peaks = sampler.peaks
-        else:
-            res = run_load(self.client, reqs, **load, seed=self.seeds())
         self.spent("measure", time.monotonic() - t0)
         metrics = summarize(res.records, self.slos, res.client_cpu_pct)
         if series and series.kv_cache_usage in peaks:

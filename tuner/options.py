@@ -72,6 +72,9 @@ class TuneOptions(BaseModel):
     # on this project's 2-core machines vLLM's own benchmark client (15-20 % of a core, against
     # autotune's 3-5 %) broke p99 TTFT at 0.88 of autotune's fitted capacity (tuner/confirm.py).
     load_margin: float = Field(0.15, ge=0, lt=1)
+    # A CPU neighbour during every warm-up and load point (probes/neighbour.py): the share of one
+    # core another process on this machine takes, such as a benchmark client (vLLM's: 15-20 %).
+    neighbour_cpu_pct: float = Field(0.0, ge=0, le=100)
     draft_model: str | None = None  # a draft model for speculative decoding (path or hub id)
     eagle_model: str | None = None  # an EAGLE head for speculative decoding
     quantized_model: str | None = None  # a pre-quantised checkpoint of the same model
@@ -180,7 +183,8 @@ def problem(exc: ValidationError) -> str:
     if msg.startswith("Value error, "):
         return msg[len("Value error, ") :]
     loc = [str(x) for x in err.get("loc", ()) if isinstance(x, str)]
-    flag = "--" + loc[0].replace("_", "-").removesuffix("-s") if loc else "an option"
+    flag = "--" + loc[0].replace("_", "-").removesuffix("-s").removesuffix("-pct") if loc else ""
+    flag = flag or "an option"
     bound = BOUNDS.get(str(err.get("type", "")))
     ctx = err.get("ctx") or {}
     if bound and bound[0] in ctx:

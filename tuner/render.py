@@ -216,7 +216,12 @@ def render_markdown(r: Report) -> str:
             if r.load.get("model") == "rate"
             else "a closed loop of concurrent clients"
         )
-        out += [f"**Load**: {model}; capacity in {r.load.get('unit')}. Salt `{r.salt}`.", ""]
+        beside = r.options.get("neighbour_cpu_pct") if isinstance(r.options, dict) else None
+        nb = f" Measured beside a CPU neighbour burning {beside:g} % of one core." if beside else ""
+        out += [
+            f"**Load**: {model}; capacity in {r.load.get('unit')}. Salt `{r.salt}`.{nb}",
+            "",
+        ]
     rec = r.recommended
     base = r.baseline
     if rec:

@@ -309,6 +309,7 @@ class Runner:
             series=self.engine.series,
             seeds=self._fresh_seed,
             spent=spent,
+            neighbour_pct=self.opts.neighbour_cpu_pct,
         )
 
     @property

@@ -39,6 +39,7 @@ def _opts(**kw: Any) -> TuneOptions:
         ({"endpoint": "http://127.0.0.1:1"}, "--endpoint is for --engine endpoint"),
         ({"model": ""}, "--model is required"),
         ({"draft_model": "./no/such/draft"}, "--draft-model ./no/such/draft is not a folder"),
+        ({"neighbour_cpu_pct": 150.0}, "--neighbour-cpu must be <= 100, got 150"),
         ({"load_model": "burst"}, "--load-model: input should be 'rate' or 'concurrency'"),
     ],
 )
