@@ -556,7 +556,7 @@ class Runner:
         except EngineStartError as exc:
             self.notes.append(f"side by side with trial {best.number}: it failed to start: {exc}")
             return
-        after = (self._apply_estimate(best), self._apply_estimate(trial))
+        after = (self._rescore(best, "side by side"), self._rescore(trial, "side by side"))
         report = verdict((best.number, trial.number), loads, run, (a, b), after)
         self.comparisons.append(report)
         write_atomic(bdir / "trial.json", dump_json(best))
@@ -680,12 +680,23 @@ class Runner:
                 trial.metrics = trial.points[-1].metrics
             self.say(f"trial {trial.number}: {trial.status}: {trial.error}")
 
+    def _rescore(self, trial: TrialReport, after: str) -> CapacityEstimate | None:
+        """The estimate again, with points measured later (side by side, a confirmation); a
+        configuration none of whose loads holds any more has no score and is infeasible."""
+        est = self._apply_estimate(trial)
+        if trial.status == "ok" and trial.score_tokens_per_s is None:
+            trial.status = "infeasible"
+            trial.error = f"no load met the SLOs once measured again ({after})"
+            self.say(f"trial {trial.number}: infeasible: {trial.error}")
+        return est
+
     def _apply_estimate(self, trial: TrialReport) -> CapacityEstimate | None:
         """Score = output tokens/s at the estimated capacity; ``load`` = that capacity;
         ``metrics`` = the measured point closest under it (the highest that held below every
         load that failed)."""
         est = trial.estimate = self._estimate(trial.number)
         if est is None or est.censored == "below" or est.load is None:
+            trial.score_tokens_per_s, trial.load = None, None
             return est
         trial.score_tokens_per_s = est.tokens_per_s
         trial.load = {self.axis.key: round(est.load, 3)}
@@ -1110,7 +1121,7 @@ class Runner:
             # The search compares every trial with the baseline: from here on, with an estimate
             # that has the full-size tries in it too (short open-loop points are optimistic).
             self.samples.setdefault(trial.number, []).extend(t.samples for t in res.tries)
-            est = self._apply_estimate(trial)
+            est = self._rescore(trial, "its confirmation")
             if est is not None and trial.status == "ok" and est.censored != "below":
                 self.say(
                     f"trial {trial.number}: with its confirmation, {_describe(est, self.axis)}"

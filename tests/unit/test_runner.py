@@ -490,3 +490,31 @@ def test_two_configurations_too_close_to_call_are_measured_side_by_side(tmp_path
     assert report.timing.engine_starts == 3 + (rec.from_trial != 0)
     assert any("side by side" in line for line in lines)
     assert "## Side by side" in (runner.out / "report.md").read_text()
+
+
+def test_a_trial_none_of_whose_loads_holds_once_measured_again_loses_its_score(
+    tmp_path: Path,
+) -> None:
+    """Side by side (or a confirmation) can show that the lowest load that held no longer
+    does: the old score must not stay and win (seen on real vLLM: a trial estimated at 656
+    tok/s went to 0 side by side, yet was confirmed as the best)."""
+    from probes.records import RequestRecord
+    from tuner.estimate import Samples
+    from tuner.report import TrialReport
+
+    runner = Runner(_options(tmp_path), lambda m: None, engine=FakeEngine(), hardware=HW)
+    slow = [
+        RequestRecord(index=i, t_sched=0.1 * i, t_send=0.1 * i, t_first=0.1 * i + 99.0,
+                      t_last=0.1 * i + 99.5, t_end=0.1 * i + 99.5, n_out=8,
+                      n_out_from_usage=True)
+        for i in range(40)
+    ]  # fmt: skip
+    runner.samples[1] = [Samples.from_records(8, slow, 4.0)]
+    trial = TrialReport(
+        number=1, stage="batching", params={}, args=[], env={}, launch_command=[],
+        status="ok", score_tokens_per_s=656.0, load={"concurrency": 8.0},
+    )  # fmt: skip
+    est = runner._rescore(trial, "side by side")
+    assert est is not None and est.censored == "below"
+    assert trial.score_tokens_per_s is None and trial.load is None
+    assert trial.status == "infeasible" and "side by side" in (trial.error or "")
