@@ -12,7 +12,7 @@ order, ``--prompts`` requests with:
 
 - ``ours``: autotune's load client alone;
 - ``ours+ballast``: autotune's client beside a ballast process that burns ``--ballast-pct`` of
-  one core (default 16 %, what vLLM's client used at these rates) in 10 ms duty cycles;
+  one core (default 16 %, what vLLM's client used at these rates; probes/neighbour.py);
 - ``vllm``: vLLM's own client.
 
 It prints per run p50/p99 TTFT, p50 TPOT, requests/s achieved and output tokens/s, then the
@@ -27,10 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import signal
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -42,21 +39,13 @@ from sweep import ROOT, VLLMClient, measure_config, model_of, sweep_options  # n
 
 from probes.client import LoadClient, run_load  # noqa: E402
 from probes.metrics import summarize  # noqa: E402
+from probes.neighbour import Neighbour  # noqa: E402
 from probes.workload import SyntheticWorkload, prepare_requests  # noqa: E402
 from tuner.engines.base import LaunchSpec  # noqa: E402
 from tuner.probe_run import _tokenizer  # noqa: E402
 from tuner.report import write_atomic  # noqa: E402
 
 Result = dict[str, Any]
-BALLAST = """
-import time, sys
-duty = float(sys.argv[1]); period = 0.01
-while True:
-    t = time.perf_counter()
-    while time.perf_counter() - t < duty * period:
-        pass
-    time.sleep((1 - duty) * period)
-"""
 
 
 def ours(url: str, model: str, tok: Any, wl: SyntheticWorkload, x: float, n: int, seed: int):
@@ -97,13 +86,7 @@ def main() -> int:
         for i in range(args.repeats):
             for k in kinds[i % 3 :] + kinds[: i % 3]:  # a rotating order: drift hits all alike
                 seed = seed0 + len(runs)
-                ballast = None
-                if k == "ours+ballast":
-                    ballast = subprocess.Popen(
-                        [sys.executable, "-c", BALLAST, str(args.ballast_pct / 100.0)],
-                        start_new_session=True,
-                    )
-                try:
+                with Neighbour(args.ballast_pct if k == "ours+ballast" else 0.0):
                     if k == "vllm":
                         r = client.run(url, model, lm.load(x), args.prompts, d, f"vllm-{i}")
                         got = {
@@ -113,10 +96,6 @@ def main() -> int:
                         }  # fmt: skip
                     else:
                         got = ours(url, model, tok, wl, x, args.prompts, seed)
-                finally:
-                    if ballast is not None:
-                        os.killpg(ballast.pid, signal.SIGKILL)
-                        ballast.wait()
                 runs.append({"client": k, "repeat": i, **got})
                 print(
                     f"  {k:>13} r{i}: TTFT p50 {got['ttft_p50'] or 0:7.0f} ms p99 "

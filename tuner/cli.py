@@ -44,6 +44,14 @@ def parse_duration(text: str) -> float:
     return sum(float(a) * {"h": 3600, "m": 60, "s": 1}[b] for a, b in parts)
 
 
+def _percent(flag: str, text: str, example: str) -> float:
+    """``10%`` or ``10`` -> 10.0; anything else is one clear line and exit 2."""
+    try:
+        return float(text.strip().rstrip("%"))
+    except ValueError:
+        fail(f"{flag} {text!r} is not a percentage such as {example}")
+
+
 def _sigterm(*_: object) -> None:
     raise KeyboardInterrupt  # run the same clean-up as Ctrl-C
 
@@ -170,22 +178,13 @@ def tune_cmd(
         startup_s = parse_duration(startup_timeout)
     except (SLOError, WorkloadError, ValueError) as exc:
         fail(str(exc))
-    try:
-        headroom_frac = float(headroom.strip().rstrip("%")) / 100.0
-    except ValueError:
-        fail(f"--headroom {headroom!r} is not a percentage such as 10%")
+    headroom_frac = _percent("--headroom", headroom, "10%") / 100.0
     if not 0 <= headroom_frac < 1:
         fail(f"--headroom must be in [0%, 100%), got {headroom}")
-    try:
-        margin_frac = float(load_margin.strip().rstrip("%")) / 100.0
-    except ValueError:
-        fail(f"--load-margin {load_margin!r} is not a percentage such as 15%")
+    margin_frac = _percent("--load-margin", load_margin, "15%") / 100.0
     if not 0 <= margin_frac < 1:
         fail(f"--load-margin must be in [0%, 100%), got {load_margin}")
-    try:
-        neighbour_pct = float(neighbour_cpu.strip().rstrip("%"))
-    except ValueError:
-        fail(f"--neighbour-cpu {neighbour_cpu!r} is not a percentage such as 16%")
+    neighbour_pct = _percent("--neighbour-cpu", neighbour_cpu, "16%")
     stage_list = None
     if stages is not None:
         stage_list = [s.strip() for s in stages.split(",") if s.strip()]
