@@ -440,12 +440,22 @@ def measure_config(
             url, model = server.base_url, server.served_model or tokenizer
             print(f"  ready in {out['startup_s']:.0f} s, serving {model}\n{HEADER}", flush=True)
             if warmup_prompts > 0:
-                # Thrown away: compilation, batching and cache warm-up after the start.
-                c0 = {"concurrency": min(8, warmup_prompts)}
+                # Thrown away: compilation, batching and cache warm-up after the start. Open
+                # loop: arrivals at the ladder's first rate (about 8 s of them, as the tuner
+                # warms up), so the batch sizes the first point reaches have been run once; a
+                # closed loop of 8 leaves a rate point's first seconds to compile larger ones.
+                if lm.name == "rate":
+                    x0 = opts.ladder[0]
+                    w0: Result = {"rate_rps": x0}
+                    n0 = max(warmup_prompts, min(64, math.ceil(8 * x0)))
+                    shown = lm.show(x0)
+                else:
+                    w0 = {"concurrency": min(8, warmup_prompts)}
+                    n0, shown = warmup_prompts, f"c{w0['concurrency']}"
                 t0 = time.monotonic()
-                res = client.run(url, model, c0, warmup_prompts, d, "warmup")
+                res = client.run(url, model, w0, n0, d, "warmup")
                 out["warmup_s"] = time.monotonic() - t0
-                show_point("warmup", f"c{c0['concurrency']}", res, [])
+                show_point("warmup", shown, res, [])
             if sweep:
                 out["capacity"] = capacity(client, url, model, lm, opts, d)
             if then is not None:

@@ -19,6 +19,7 @@ from tuner.options import TuneOptions
 from tuner.report import Report
 from tuner.runner import Progress, Runner
 from tuner.space import SpaceError
+from tuner.store import FolderStore, StoreError
 
 
 class UserError(RuntimeError):
@@ -35,6 +36,37 @@ def tune(opts: TuneOptions, progress: Progress | None = None) -> tuple[Report, P
     """
     try:
         runner = Runner(opts, progress) if progress else Runner(opts)
+        report = runner.run()
+    except (ModelError, UnknownEngineError, SpaceError, EndpointError) as exc:
+        raise UserError(str(exc)) from exc
+    return report, runner.out
+
+
+def resume(run_dir: Path, progress: Progress | None = None) -> tuple[Report, Path]:
+    """Continue an interrupted run in its own folder, with the options it was started with:
+    finished trials are kept, not measured again (tuner/checkpoint.py).
+
+    Raises:
+        UserError: not a run folder, unreadable, or already complete; or as ``tune``.
+    """
+    from pydantic import ValidationError
+
+    from tuner.options import problem
+
+    try:
+        meta = FolderStore(run_dir).load_meta()
+    except StoreError as exc:
+        raise UserError(str(exc)) from exc
+    if meta.done:
+        raise UserError(f"run {meta.run_id} is complete: nothing to resume ({run_dir})")
+    try:
+        opts = TuneOptions.model_validate(meta.options)
+    except ValidationError as exc:
+        raise UserError(f"{run_dir}/run.json: {problem(exc)}") from exc
+    try:
+        runner = (
+            Runner(opts, progress, resume=run_dir) if progress else Runner(opts, resume=run_dir)
+        )
         report = runner.run()
     except (ModelError, UnknownEngineError, SpaceError, EndpointError) as exc:
         raise UserError(str(exc)) from exc

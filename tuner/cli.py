@@ -13,10 +13,14 @@ from __future__ import annotations
 import re
 import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, NoReturn
+from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
+
+if TYPE_CHECKING:
+    from tuner.report import Report
 
 DEFAULT_SLO = "ttft=2s"
 DEFAULT_WORKLOAD = "synthetic:input=128,output=64"
@@ -124,9 +128,9 @@ def tune_cmd(
         str,
         typer.Option(
             help="under --load rate, recommend at most this far under the fitted capacity, e.g. "
-            "15% (open-loop latency explodes near saturation; a heavier client sees it first)",
+            "10% (open-loop latency explodes near saturation; a heavier client sees it first)",
         ),
-    ] = "15%",
+    ] = "10%",
     neighbour_cpu: Annotated[
         str,
         typer.Option(
@@ -158,9 +162,19 @@ def tune_cmd(
             "the same configuration without it",
         ),
     ] = False,
+    resume: Annotated[
+        Path | None,
+        typer.Option(
+            help="continue an interrupted run in its folder (results/<run-id>), with the "
+            "options it was started with: finished trials are kept, not measured again",
+        ),
+    ] = None,
 ) -> None:
     """Tune a server: baseline, then the search stages, then a confirmed recommendation."""
     if ctx.invoked_subcommand is not None:
+        return
+    if resume is not None:
+        _resume(ctx, resume)
         return
     from probes.slo import SLOError, parse_slos
     from probes.workload import WorkloadError, parse_workload
@@ -181,7 +195,7 @@ def tune_cmd(
     headroom_frac = _percent("--headroom", headroom, "10%") / 100.0
     if not 0 <= headroom_frac < 1:
         fail(f"--headroom must be in [0%, 100%), got {headroom}")
-    margin_frac = _percent("--load-margin", load_margin, "15%") / 100.0
+    margin_frac = _percent("--load-margin", load_margin, "10%") / 100.0
     if not 0 <= margin_frac < 1:
         fail(f"--load-margin must be in [0%, 100%), got {load_margin}")
     neighbour_pct = _percent("--neighbour-cpu", neighbour_cpu, "16%")
@@ -227,25 +241,56 @@ def tune_cmd(
         fail(problem(exc))
     if engine not in ENGINES:
         fail(f"engine {engine!r} is unknown; known: {', '.join(sorted(ENGINES))}")
-    # SIGTERM runs Ctrl-C's clean-up while the command runs; the caller's handler comes back
-    # after (a test runner in the same process keeps its own).
-    previous = signal.signal(signal.SIGTERM, _sigterm)
+    _run_tuning(lambda: api.tune(opts))
+
+
+def _run_tuning(call: Callable[[], tuple[Report, Path]]) -> None:
+    """Run a tuning (new or resumed) with SIGTERM handled like Ctrl-C, then its summary."""
+    from tuner import api, stop
+
+    # The first Ctrl-C finishes the current point, the second (or SIGTERM) stops at once
+    # (tuner/stop.py); the caller's handlers come back after (a test runner keeps its own).
+    restore = stop.install()
     try:
-        report, out_dir = api.tune(opts)
+        report, out_dir = call()
     except api.UserError as exc:
         fail(str(exc))
     except KeyboardInterrupt:
         typer.echo("autotune: interrupted", err=True)
         raise typer.Exit(130) from None
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        restore()
+    _finish(report, out_dir)
+
+
+def _finish(report: Report, out_dir: Path) -> None:
     from tuner.render import render_summary
 
     typer.echo(render_summary(report, str(out_dir)))
     if report.status == "interrupted":
+        typer.echo(f"autotune: continue it with: autotune --resume {out_dir}", err=True)
         raise typer.Exit(130)
     if report.status != "complete":
         raise typer.Exit(1)
+
+
+def _resume(ctx: typer.Context, run_dir: Path) -> None:
+    """``--resume RUN_DIR``: the run's own options, so no other tuning option is taken."""
+    from tuner import api
+
+    # By name: typer ships its own copy of click, so its ParameterSource is not click's.
+    given = [
+        name
+        for name in ctx.params
+        if name != "resume"
+        and getattr(ctx.get_parameter_source(name), "name", "") in ("COMMANDLINE", "ENVIRONMENT")
+    ]
+    if given:
+        flags = ", ".join("--" + n.replace("_", "-") for n in given)
+        fail(f"--resume continues a run with the options it was started with; drop {flags}")
+    if not run_dir.is_dir():
+        fail(f"--resume {run_dir}: no such folder")
+    _run_tuning(lambda: api.resume(run_dir))
 
 
 @app.command("probe")

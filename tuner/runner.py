@@ -46,13 +46,16 @@ from probes.quality import (
     QualityError,
 )
 from probes.workload import SyntheticWorkload, Tokenizer
+from tuner import checkpoint, stop
 from tuner.budget import Budget, PhaseTimes
 from tuner.capacity import LoadAxis, PointOutcome, find_capacity
+from tuner.checkpoint import Replay
 from tuner.compare import ComparisonReport, beaten, side_by_side, too_close, verdict
 from tuner.confirm import ConfirmResult, Try, confirm, target_load
 from tuner.engines import get_engine
 from tuner.engines.base import (
     Engine,
+    EngineDied,
     EngineStartError,
     LaunchSpec,
     RunningServer,
@@ -60,6 +63,7 @@ from tuner.engines.base import (
     free_port,
 )
 from tuner.engines.endpoint import AttachedServer, EndpointError, attach
+from tuner.engines.lifetime import sweep
 from tuner.estimate import CapacityEstimate, Samples, constraints, estimate
 from tuner.gates import ExactnessGate, QualityGate, rejection
 from tuner.hardware import Hardware, detect_hardware, template_context
@@ -82,6 +86,7 @@ from tuner.report import (
 )
 from tuner.search import Outcome, StageResult, run_stage
 from tuner.space import STAGE_ORDER, SearchSpace, Stage, found_in_log, load_space, space_path
+from tuner.store import FolderStore, RunMeta, RunStore
 
 Progress = Callable[[str], None]
 RunStatus = Literal["complete", "interrupted", "failed"]
@@ -105,6 +110,7 @@ class Runner:
         engine: Engine | None = None,
         hardware: Hardware | None = None,
         tokenizer_loader: Callable[[str], Tokenizer] | None = None,
+        resume: Path | None = None,
     ) -> None:
         self.opts = opts
         self._progress = progress
@@ -112,9 +118,17 @@ class Runner:
         self.hw = hardware or detect_hardware()
         self.clock = PhaseTimes()
         self.budget = Budget(opts.time_budget_s, start=self.clock.t0)
+        # A resumed run (--resume) keeps its run id, folder and salt; its finished trials come
+        # back from their checkpoints (tuner/checkpoint.py).
+        self.replay: Replay | None = None
+        self.meta: RunMeta | None = None
+        if resume is not None:
+            store = FolderStore(resume)
+            self.meta = store.load_meta()
+            self.replay = Replay(store, store.checkpoints())
         # A fresh salt per run (recorded; --salt reproduces it): prompts differ between runs,
         # so a prefix cache never serves one run's prompts to the next.
-        self.salt = opts.salt or secrets.token_hex(4)
+        self.salt = self.meta.salt if self.meta else opts.salt or secrets.token_hex(4)
         self.rng = random.Random(f"{opts.seed}:{self.salt}")
         self.axis = (
             LoadAxis("rate", minimum=0.01, maximum=opts.max_rate_rps)
@@ -126,11 +140,14 @@ class Runner:
         self.comparisons: list[ComparisonReport] = []
         self.baseline_confirmed: Recommendation | None = None
         self.run_id = (
-            datetime.now().strftime("%Y%m%d-%H%M%S")
+            self.meta.run_id
+            if self.meta
+            else datetime.now().strftime("%Y%m%d-%H%M%S")
             + f"-{_slug(opts.model or opts.served_model or 'served')}-{self.engine.name}-"
             + secrets.token_hex(2)
         )
-        self.out = opts.output_dir / self.run_id
+        self.out = resume if resume is not None else opts.output_dir / self.run_id
+        self.store: RunStore = FolderStore(self.out)
         self.tokenizer_loader = tokenizer_loader
         self.trials: list[TrialReport] = []
         self.baseline: TrialReport | None = None
@@ -203,21 +220,60 @@ class Runner:
     # ----------------------------------------------------------------- run
     def run(self) -> Report:
         self.out.mkdir(parents=True, exist_ok=True)
+        self._open_store()
         status: RunStatus = "complete"
         error: str | None = None
         try:
             self._prepare()
             self._search()
             self._confirm()
+            self._close_store()
         except KeyboardInterrupt:
             status = "interrupted"
-            self.say(f"interrupted; what was measured is kept in {self.out}")
+            self.say(
+                f"interrupted; what was measured is kept in {self.out} "
+                f"(autotune --resume {self.out} continues it)"
+            )
         except Exception as exc:
             status, error = "failed", f"{type(exc).__name__}: {exc}"
             self.say(f"run failed: {error}")
             self._write_report(status, error)
             raise
         return self._write_report(status, error)
+
+    def _open_store(self) -> None:
+        """A new run records what it was asked; a resumed one counts the resume and starts
+        its Optuna journal afresh (the seeded sampler, fed the same outcomes, replays it)."""
+        if self.meta is None:
+            self.meta = RunMeta(
+                run_id=self.run_id, salt=self.salt, options=self.opts.model_dump(mode="json")
+            )
+        else:
+            self.meta.resumes += 1
+            # What the stopped part left running (a tuner killed with SIGKILL cannot stop its
+            # engines' children itself): found by the run's marker in their environment.
+            if left := sweep(self.run_id):
+                self.say(f"stopped {len(left)} processes the interrupted run left running")
+            journal = self.out / "optuna.journal"
+            if journal.exists():
+                journal.rename(self.out / f"optuna.journal.before-resume-{self.meta.resumes}")
+            assert self.replay is not None
+            self.say(
+                f"resuming {self.run_id}: {len(self.replay.pending)} finished trials kept "
+                "from before (not measured again)"
+            )
+        self.store.save_meta(self.meta)
+
+    def _close_store(self) -> None:
+        assert self.meta is not None
+        self.meta.done = True
+        self.store.save_meta(self.meta)
+
+    def _add_samples(self, number: int, samples: Samples) -> None:
+        """A point's samples join its trial's estimate, and the store, at once."""
+        kept = self.samples.setdefault(number, [])
+        self.store.add_samples(number, len(kept), samples)
+        kept.append(samples)
 
     def _prepare(self) -> None:
         self.say(f"run {self.run_id}; results in {self.out}")
@@ -350,6 +406,8 @@ class Runner:
             log_path,
             startup_timeout_s=self.opts.startup_timeout_s,
             classify=self.engine.classify_failure,
+            run_id=self.run_id,
+            on_wait=lambda _: stop.check(),
         ) as server:
             self.clock.engine_starts += 1
             try:
@@ -392,7 +450,14 @@ class Runner:
         )
 
     def evaluate(self, number: int, stage: str, params: dict[str, Any]) -> TrialReport:
-        """Start one configuration, find its capacity, stop it. Never raises for engine trouble."""
+        """Start one configuration, find its capacity, stop it. Never raises for engine trouble.
+        Resumed, a trial that finished before comes back from its checkpoint instead."""
+        if self.replay is not None and (cp := self.replay.take(number, stage, params)):
+            trial = checkpoint.restore(self, cp)
+            where = f"; {trial.error}" if trial.error else ""
+            self.say(f"trial {number}: {trial.status}, as measured before the resume{where}")
+            return trial
+        stop.check()
         baseline = stage == "baseline"
         spec = self._spec(params, baseline) if self.launches else None
         tdir = self.out / "trials" / f"{number:03d}"
@@ -425,11 +490,16 @@ class Runner:
                     self.say(f"{label}: not measured: {why}")
                 else:
                     self._measure_trial(server, trial, tdir, label, best)
+        except EngineDied as exc:
+            trial.status, trial.error = "failed", f"the engine died: {exc}"
+            trial.score_tokens_per_s, trial.load = None, None
+            self.say(f"{label}: failed: {trial.error}")
         except EngineStartError as exc:
             trial.status, trial.error = "failed", str(exc)
             self.say(f"{label}: failed to start: {exc}")
         trial.wall_s = time.monotonic() - t_start
         write_atomic(tdir / "trial.json", dump_json(trial))
+        checkpoint.save(self, trial)
         return trial
 
     def _measure_trial(
@@ -554,7 +624,9 @@ class Runner:
                     should_stop=partial(self._points_time_left, trial),
                 )
         except EngineStartError as exc:
-            self.notes.append(f"side by side with trial {best.number}: it failed to start: {exc}")
+            _raise_if_died(server, "during a side-by-side repeat")  # this trial's own engine
+            what = "died" if isinstance(exc, EngineDied) else "failed to start"
+            self.notes.append(f"side by side with trial {best.number}: it {what}: {exc}")
             return
         after = (self._rescore(best, "side by side"), self._rescore(trial, "side by side"))
         report = verdict((best.number, trial.number), loads, run, (a, b), after)
@@ -721,7 +793,10 @@ class Runner:
         label: str,
         side_by_side: bool = False,
     ) -> PointOutcome:
-        """Measure one load point of a trial; its records, samples and summary are kept."""
+        """Measure one load point of a trial; its records, samples and summary are kept.
+
+        Raises:
+            EngineDied: the engine exited during the point (after it is written down)."""
         m = self.measurer.measure(server, x, n, self.model_path)
         metrics, records, server_delta = m.metrics, m.records, m.server
         j = self.measurer.judge(m)
@@ -729,7 +804,7 @@ class Runner:
         rfile = tdir / f"{_load_slug(self.axis, x)}-{len(trial.points)}.jsonl"
         write_records(rfile, records)
         window = self.measurer.score_window(x, len(records), metrics)
-        self.samples.setdefault(trial.number, []).append(Samples.from_records(x, j.records, window))
+        self._add_samples(trial.number, Samples.from_records(x, j.records, window))
         trial.points.append(
             PointReport(
                 load=self._load(x),
@@ -742,6 +817,8 @@ class Runner:
         )
         write_atomic(tdir / "trial.json", dump_json(trial))
         self.say(f"{label}: {self.axis.label(x):<10} {point_line(metrics, verdict)}")
+        _raise_if_died(server, f"while measured at {self.axis.label(x)}")
+        stop.check()  # a first Ctrl-C stops here, with this point written
         return PointOutcome(x, verdict.holds, verdict.worst_margin, metrics.output_tokens_per_s)
 
     # ----------------------------------------------------------------- search
@@ -1088,6 +1165,8 @@ class Runner:
             metrics, v = m.metrics, j.verdict
             write_records(cdir / f"{_load_slug(self.axis, x)}.jsonl", m.records)
             self.say(f"{label}: {self.axis.label(x):<10} {point_line(metrics, v)}")
+            _raise_if_died(server, f"during its confirmation at {self.axis.label(x)}")
+            stop.check()
             window = self.measurer.score_window(x, len(m.records), metrics)
             samples = Samples.from_records(x, j.records, window)
             return Try(x, samples, v, metrics)
@@ -1120,7 +1199,8 @@ class Runner:
         if baseline and res.tries:
             # The search compares every trial with the baseline: from here on, with an estimate
             # that has the full-size tries in it too (short open-loop points are optimistic).
-            self.samples.setdefault(trial.number, []).extend(t.samples for t in res.tries)
+            for t in res.tries:
+                self._add_samples(trial.number, t.samples)
             est = self._rescore(trial, "its confirmation")
             if est is not None and trial.status == "ok" and est.censored != "below":
                 self.say(
@@ -1222,8 +1302,9 @@ class Runner:
                 )
                 confirmed = self._confirm_on(server, best, cdir, "confirmation")
         except EngineStartError as exc:
-            self.notes.append(f"confirmation failed to start: {exc}")
-            self.say(f"confirmation: failed to start: {exc}")
+            what = "the engine died" if isinstance(exc, EngineDied) else "failed to start"
+            self.notes.append(f"confirmation: {what}: {exc}; nothing is recommended")
+            self.say(f"confirmation: {what}: {exc}")
             return
         if confirmed is None:
             return
@@ -1359,6 +1440,12 @@ class Runner:
         write_atomic(self.out / "report.json", dump_json(report))
         write_atomic(self.out / "report.md", render_markdown(report).encode())
         return report
+
+
+def _raise_if_died(server: RunningServer, when: str) -> None:
+    died = getattr(server, "died", None)  # an attached endpoint is not ours to watch
+    if died is not None and (exc := died()) is not None:
+        raise EngineDied(exc.reason, f"{exc.detail} {when}")
 
 
 def _load_slug(axis: LoadAxis, x: float) -> str:

@@ -10,7 +10,10 @@ sign rule (<= 0 is feasible), set on each trial with ``Trial.set_constraint`` (O
   sampler learns from them without a restart.
 - Candidates from the search-space file are enqueued before the sampler takes over.
 - A configuration the sampler proposes again is not restarted: it gets the earlier result.
-- A failed start is a FAIL trial, an abandoned one a PRUNED trial; neither crashes the stage.
+- A configuration that failed (it did not start, it died under load) is a finished trial with
+  score 0 whose constraint is violated, as is an infeasible one, so the sampler learns to avoid
+  the region (Optuna ignores FAIL trials); an abandoned one is a PRUNED trial. None crashes the
+  stage.
 """
 
 from __future__ import annotations
@@ -100,9 +103,7 @@ def _tell(study: optuna.Study, trial: optuna.Trial, outcome: Outcome) -> None:
     trial.set_user_attr("status", outcome.status)
     for key, value in outcome.attrs.items():
         trial.set_user_attr(key, value)
-    if outcome.status == "failed":
-        study.tell(trial, state=TrialState.FAIL)
-    elif outcome.status == "pruned":
+    if outcome.status == "pruned":
         study.tell(trial, state=TrialState.PRUNED)
     else:
         study.tell(trial, outcome.score)

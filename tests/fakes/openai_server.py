@@ -15,6 +15,11 @@ or not) and ``/metrics`` (a few ``vllm:*`` Prometheus lines). Knobs:
 Output token i of every answer is the word ``tok{i}`` with token id i (``return_token_ids``);
 ``logprobs: 2`` gives the top two per position, 1 nat apart.
 
+Faults on cue (each off by default): ``die_after`` N requests the process exits (an engine that
+dies mid-measurement); ``die_above`` C requests in flight it exits with 137 (memory running out
+once the load grows); every ``error_every``-th request gets HTTP 500; every ``break_every``-th
+stream is cut after its first token; every ``hang_every``-th request never answers.
+
 A prompt that starts with ``FAIL`` is answered with HTTP 500. Prompt tokens are counted as
 whitespace-separated words, so tests can predict ``usage.prompt_tokens``; output tokens are
 ``max_tokens`` chunks of one word each.
@@ -35,6 +40,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import re
 import subprocess
 import sys
@@ -94,6 +100,11 @@ def build_app(
     quality_loss: float = 0.0,
     spec_tokens: int = 0,
     diverge_at: int = -1,
+    die_after: int = 0,
+    die_above: int = 0,
+    error_every: int = 0,
+    break_every: int = 0,
+    hang_every: int = 0,
 ) -> web.Application:
     """The aiohttp application; ``stats`` is filled in as requests arrive."""
     st = stats if stats is not None else Stats()
@@ -145,7 +156,15 @@ def build_app(
         st.bodies.append(body)
         st.in_flight += 1
         st.max_in_flight = max(st.max_in_flight, st.in_flight)
+        k = st.n_requests
+        if (die_after and k > die_after) or (die_above and st.in_flight > die_above):
+            print(f"fake engine: exiting at request {k} ({st.in_flight} in flight)", flush=True)
+            os._exit(137 if die_above else 3)
         try:
+            if error_every and k % error_every == 0:
+                return web.json_response({"error": {"message": "injected 500"}}, status=500)
+            if hang_every and k % hang_every == 0:
+                await asyncio.sleep(3600)
             if bad := [f for f in reject_fields if f in body]:  # like transformers serve
                 return web.json_response(
                     {"error": {"message": f"Unexpected fields in the request: {bad}"}}, status=422
@@ -160,13 +179,16 @@ def build_app(
                 st.running += 1
                 st.max_running = max(st.max_running, st.running)
                 try:
-                    return await _answer(request, body, chat)
+                    cut = bool(break_every and k % break_every == 0)
+                    return await _answer(request, body, chat, cut)
                 finally:
                     st.running -= 1
         finally:
             st.in_flight -= 1
 
-    async def _answer(request: web.Request, body: dict[str, Any], chat: bool) -> web.StreamResponse:
+    async def _answer(
+        request: web.Request, body: dict[str, Any], chat: bool, cut: bool = False
+    ) -> web.StreamResponse:
         n_out = int(body.get("max_tokens") or 16)
         n_prompt = _prompt_tokens(body, chat)
         st.n_tokens += n_out
@@ -227,6 +249,9 @@ def build_app(
             if i:
                 await asyncio.sleep(itl_ms / 1000.0)
             await resp.write(chunk(f"tok{i} "))
+            if cut and request.transport is not None:
+                request.transport.close()  # the stream breaks mid-answer
+                return resp
         await resp.write(chunk("", finish="length"))  # empty text: not content
         if send_usage and (body.get("stream_options") or {}).get("include_usage"):
             await resp.write(
@@ -349,6 +374,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quality-loss", type=float, default=0.0)
     parser.add_argument("--speculative-config", default=None, help="JSON, as vLLM's")
     parser.add_argument("--diverge-at", type=int, default=-1)
+    for fault in ("die-after", "die-above", "error-every", "break-every", "hang-every"):
+        parser.add_argument(f"--{fault}", type=int, default=0)
     args, _unknown = parser.parse_known_args(argv)  # vLLM-style arguments are ignored
 
     if args.log_line:
@@ -372,6 +399,11 @@ def main(argv: list[str] | None = None) -> int:
         quality_loss=args.quality_loss,
         spec_tokens=int(spec.get("num_speculative_tokens", 0)),
         diverge_at=args.diverge_at,
+        die_after=args.die_after,
+        die_above=args.die_above,
+        error_every=args.error_every,
+        break_every=args.break_every,
+        hang_every=args.hang_every,
     )
     # No signal handlers of its own: SIGTERM ends it at once, as the default action does.
     web.run_app(

@@ -27,6 +27,7 @@ from typing import Protocol
 from probes.client import normalize_base_url
 from probes.http import request
 from probes.server_metrics import ServerSeries
+from tuner.engines.lifetime import RUN_MARKER, die_with_parent
 
 HOST = "127.0.0.1"
 
@@ -81,6 +82,11 @@ class EngineStartError(RuntimeError):
         super().__init__(f"{reason}{': ' + detail if detail else ''}")
         self.reason = reason
         self.detail = detail
+
+
+class EngineDied(EngineStartError):
+    """A server that was ready exited while it was being measured (out of memory under load,
+    a crash): the configuration failed; what it measured before stays in its record."""
 
 
 def match_failure(
@@ -161,8 +167,10 @@ class ServerProcess:
         health_path: str = "/health",
         popen: Callable[..., subprocess.Popen] = subprocess.Popen,
         on_wait: Callable[[float], None] | None = None,
+        run_id: str | None = None,
     ) -> None:
         self.spec = spec
+        self.run_id = run_id
         self.log_path = log_path
         self.startup_timeout_s = startup_timeout_s
         self.classify = classify
@@ -185,19 +193,29 @@ class ServerProcess:
     def start(self) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         env = {**os.environ, **self.spec.env}
+        if self.run_id:
+            env[RUN_MARKER] = self.run_id  # inherited by its children (tuner/engines/lifetime.py)
         with open(self.log_path, "ab") as log:
             log.write(f"$ {' '.join(self.spec.argv)}\n# env: {self.spec.env}\n".encode())
             log.flush()
             # start_new_session: the server and every child it spawns share a fresh process
-            # group that we own, so teardown never has to find processes by name.
-            self.proc = self.popen(
-                self.spec.argv,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                env=env,
-                start_new_session=True,
-            )
+            # group that we own, so teardown never has to find processes by name; the leader
+            # dies with the tuner, even one killed by SIGKILL.
+            try:
+                self.proc = self.popen(
+                    self.spec.argv,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    env=env,
+                    start_new_session=True,
+                    preexec_fn=die_with_parent,
+                )
+            except OSError as exc:  # the program is missing or not executable
+                raise EngineStartError(
+                    "the engine program could not be run",
+                    f"{self.spec.argv[0]}: {exc.strerror or exc}",
+                ) from None
 
     def wait_ready(self, served_model: str | None = None, poll_s: float = 1.0) -> float:
         """Block until the server answers a real request; return the start-up time in seconds.
@@ -233,6 +251,17 @@ class ServerProcess:
                 self.on_wait(waited)
             time.sleep(poll_s)
 
+    def exit_code(self) -> int | None:
+        """The server's exit code once it has exited (died under load, say); None while up."""
+        return self.proc.poll() if self.proc is not None else None
+
+    def died(self) -> EngineDied | None:
+        """An EngineDied to raise if the server is gone, with the engine's reading of its log."""
+        rc = self.exit_code()
+        if rc is None:
+            return None
+        return EngineDied(self.classify(tail(self.log_path), rc), f"exit code {rc}")
+
     def stop(self, grace_s: float = 15.0) -> None:
         """SIGTERM the process group, then SIGKILL what is left after ``grace_s``."""
         proc, self.proc = self.proc, None
@@ -245,17 +274,21 @@ class ServerProcess:
             os.killpg(proc.pid, signal.SIGTERM)
         except ProcessLookupError:
             pgid = None
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=grace_s)
-        if pgid is not None:
-            # Children (the engine core) may outlive the leader: sweep the group regardless.
-            deadline = time.monotonic() + grace_s
-            while _group_alive(pgid) and time.monotonic() < deadline:
-                time.sleep(0.2)
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(pgid, signal.SIGKILL)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=5)
+        try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=grace_s)
+            if pgid is not None:
+                # Children (the engine core) may outlive the leader: sweep the group regardless.
+                deadline = time.monotonic() + grace_s
+                while _group_alive(pgid) and time.monotonic() < deadline:
+                    time.sleep(0.2)
+        finally:
+            # Also when a second Ctrl-C or SIGTERM cuts the grace period short.
+            if pgid is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(pgid, signal.SIGKILL)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=5)
 
 
 def _group_alive(pgid: int) -> bool:

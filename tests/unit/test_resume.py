@@ -1,0 +1,140 @@
+"""Resume: a run stopped mid-trial continues in its folder without measuring again what
+finished (tuner/checkpoint.py), on the fake engine of test_runner (a real process)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+import tuner.engines.base as base_mod
+from tests.unit.test_runner import HW, FakeEngine, _options
+from tuner.cli import app
+from tuner.runner import Runner
+from tuner.store import FolderStore
+
+
+def _starts(lines: list[str]) -> list[str]:
+    return [line for line in lines if ": starting fake" in line]
+
+
+@pytest.mark.timeout(180)
+def test_a_run_stopped_in_trial_2_resumes_without_measuring_0_and_1_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    opts = _options(tmp_path, time_budget_s=600.0)
+    first: list[str] = []
+
+    def stop_at_trial_2(line: str) -> None:
+        first.append(line)
+        if "trial 2 (batching): starting" in line:
+            raise KeyboardInterrupt
+
+    r1 = Runner(opts, stop_at_trial_2, engine=FakeEngine(), hardware=HW)
+    part = r1.run()
+    assert part.status == "interrupted"
+    store = FolderStore(r1.out)
+    assert sorted(store.checkpoints()) == [0, 1]
+    assert not store.load_meta().done
+    before = json.loads((r1.out / "report.json").read_text())
+    elapsed_1 = before["timing"]["wall_s"]
+
+    second: list[str] = []
+    started: list[str] = []
+    real_start = base_mod.ServerProcess.start
+
+    def spy(self: base_mod.ServerProcess) -> None:
+        started.append(self.log_path.parent.name)
+        real_start(self)
+
+    monkeypatch.setattr(base_mod.ServerProcess, "start", spy)
+    r2 = Runner(opts, second.append, engine=FakeEngine(), hardware=HW, resume=r1.out)
+    report = r2.run()
+    assert report.status == "complete" and r2.out == r1.out and r2.run_id == r1.run_id
+    data = json.loads((r1.out / "report.json").read_text())
+    # Trials 0 and 1 came back from their checkpoints: the only starts are trial 2's and the
+    # confirmation's.
+    assert started == ["002", "confirmation"]
+    assert not _starts([line for line in second if "baseline" in line or "trial 1" in line])
+    assert any("trial 1: ok, as measured before the resume" in line for line in second)
+    assert data["baseline"] == before["baseline"]
+    assert data["trials"][0] == before["trials"][0]
+    # Trial 2, interrupted before it finished, was measured again from the start.
+    assert data["trials"][1]["params"] == {"max_concurrent": 8, "broken": True}
+    assert data["trials"][1]["status"] == "failed"
+    assert data["recommended"]["from_trial"] == 1
+    assert data["salt"] == before["salt"]
+    # Engine starts and time are counted over the whole run.
+    assert data["timing"]["engine_starts"] == 4  # baseline, two trials, confirmation
+    assert data["timing"]["wall_s"] > elapsed_1 * 0.5
+    assert data["stages"][0]["trials"] == [1, 2]
+    meta = FolderStore(r1.out).load_meta()
+    assert meta.done and meta.resumes == 1
+    assert (r1.out / "optuna.journal.before-resume-1").exists()
+    # The interrupted attempt's folder was kept aside, not deleted.
+    assert (r1.out / "trials" / "002.stale-1").is_dir()
+
+
+@pytest.mark.timeout(180)
+def test_a_resumed_run_reports_what_an_uninterrupted_one_does(tmp_path: Path) -> None:
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    whole = Runner(
+        _options(tmp_path / "a", salt="fixed"), lambda _: None, engine=FakeEngine(), hardware=HW
+    ).run()
+    opts = _options(tmp_path / "b", salt="fixed")
+
+    def stop_in_confirmation(line: str) -> None:
+        if "confirmation: trial" in line:
+            raise KeyboardInterrupt
+
+    r1 = Runner(opts, stop_in_confirmation, engine=FakeEngine(), hardware=HW)
+    assert r1.run().status == "interrupted"
+    resumed = Runner(opts, lambda _: None, engine=FakeEngine(), hardware=HW, resume=r1.out).run()
+
+    def shape(rep: object) -> list[tuple[int, dict, str]]:
+        return [(t.number, t.params, t.status) for t in rep.trials]  # type: ignore[attr-defined]
+
+    assert shape(resumed) == shape(whole)
+    assert resumed.recommended is not None and whole.recommended is not None
+    assert resumed.recommended.from_trial == whole.recommended.from_trial
+    assert [s.name for s in resumed.stages] == [s.name for s in whole.stages]
+    assert [s.trials for s in resumed.stages] == [s.trials for s in whole.stages]
+
+
+def test_resume_takes_no_other_tuning_option(tmp_path: Path) -> None:
+    res = CliRunner().invoke(app, ["--resume", str(tmp_path), "--trials", "3"])
+    assert res.exit_code == 2
+    assert "drop --trials" in res.output
+
+
+@pytest.mark.parametrize(
+    ("meta", "needle"),
+    [
+        (None, "not an autotune run folder"),
+        (
+            '{"schema_version": 1, "run_id": "r", "salt": "s", "options": {}, "done": true}',
+            "is complete: nothing to resume",
+        ),
+        (
+            '{"schema_version": 1, "run_id": "r", "salt": "s", "options": {"trials": -1}}',
+            "run.json",
+        ),
+    ],
+)
+def test_resume_refuses_what_it_cannot_continue(
+    tmp_path: Path, meta: str | None, needle: str
+) -> None:
+    if meta is not None:
+        (tmp_path / "run.json").write_text(meta)
+    res = CliRunner().invoke(app, ["--resume", str(tmp_path)])
+    assert res.exit_code == 2, res.output
+    assert needle in res.output
+    assert len(res.output.strip().splitlines()) == 1
+
+
+def test_resume_of_a_missing_folder_is_one_line(tmp_path: Path) -> None:
+    res = CliRunner().invoke(app, ["--resume", str(tmp_path / "nope")])
+    assert res.exit_code == 2 and "no such folder" in res.output

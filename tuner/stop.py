@@ -1,0 +1,64 @@
+"""Ctrl-C as people expect it: the first finishes the load point being measured, writes what
+was measured and stops; the second stops at once. Both tear every engine down (the
+``with`` blocks that own them run on the way out), and ``--resume`` continues either.
+
+``install`` puts the handler in place for the length of a command; the runner calls ``check``
+where stopping loses nothing (after a point is written, before a trial starts, while an engine
+starts up). SIGTERM stops at once, like a second Ctrl-C: whoever sends it wants the process
+gone.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+from collections.abc import Callable
+from types import FrameType
+
+
+class StopRequested(KeyboardInterrupt):
+    """The first Ctrl-C, acted on where the run can stop cleanly."""
+
+
+class _Stop:
+    def __init__(self) -> None:
+        self.requested = False
+
+    def on_sigint(self, signum: int, frame: FrameType | None) -> None:
+        if self.requested:
+            raise KeyboardInterrupt
+        self.requested = True
+        print(
+            "\nautotune: stopping after the current load point (Ctrl-C again to stop now)",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    def check(self) -> None:
+        if self.requested:
+            raise StopRequested
+
+
+STOP = _Stop()
+
+
+def check() -> None:
+    """Raise StopRequested if a first Ctrl-C came in."""
+    STOP.check()
+
+
+def _sigterm(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
+def install() -> Callable[[], None]:
+    """Take SIGINT and SIGTERM for a command; returns what puts the caller's handlers back."""
+    STOP.requested = False
+    previous = signal.signal(signal.SIGINT, STOP.on_sigint), signal.signal(signal.SIGTERM, _sigterm)
+
+    def restore() -> None:
+        signal.signal(signal.SIGINT, previous[0])
+        signal.signal(signal.SIGTERM, previous[1])
+        STOP.requested = False
+
+    return restore
