@@ -8,7 +8,7 @@ heavy as vLLM's (15-20 % of a core), so that configurations are scored, and the 
 under the condition they will be judged in.
 
 The ballast runs in its own session in 10 ms duty cycles; it is stopped by its process group,
-on every exit path.
+on every exit path, and stops by itself once the process that started it is gone.
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ from types import TracebackType
 
 PERIOD_S = 0.01
 _LOOP = """
-import sys, time
-duty, period = float(sys.argv[1]), float(sys.argv[2])
-while True:
+import os, sys, time
+duty, period, parent = float(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3])
+while os.getppid() == parent:  # it ends with whoever started it, even one killed by SIGKILL
     t = time.perf_counter()
     while time.perf_counter() - t < duty * period:
         pass
@@ -44,7 +44,14 @@ class Neighbour:
     def __enter__(self) -> Neighbour:
         if self.pct > 0:
             self.proc = subprocess.Popen(
-                [sys.executable, "-c", _LOOP, str(self.pct / 100.0), str(PERIOD_S)],
+                [
+                    sys.executable,
+                    "-c",
+                    _LOOP,
+                    str(self.pct / 100.0),
+                    str(PERIOD_S),
+                    str(os.getpid()),
+                ],
                 start_new_session=True,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,

@@ -68,6 +68,6 @@ def resume(run_dir: Path, progress: Progress | None = None) -> tuple[Report, Pat
             Runner(opts, progress, resume=run_dir) if progress else Runner(opts, resume=run_dir)
         )
         report = runner.run()
-    except (ModelError, UnknownEngineError, SpaceError, EndpointError) as exc:
+    except (ModelError, UnknownEngineError, SpaceError, EndpointError, StoreError) as exc:
         raise UserError(str(exc)) from exc
     return report, runner.out

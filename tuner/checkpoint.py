@@ -88,10 +88,9 @@ def restore(runner: Runner, cp: Checkpoint) -> TrialReport:
     now = c.now()
     # The run had taken cp.elapsed_s when the trial finished: the clock and both deadlines
     # continue from there.
-    shift = (now - c.t0) - cp.elapsed_s
     c.t0 = now - cp.elapsed_s
     if b.bounded:
-        b.deadline -= shift
+        b.deadline = c.t0 + (runner.opts.time_budget_s or 0.0)
     b.stage_deadline = now + cp.stage_left_s if cp.stage_left_s is not None else float("inf")
     c.startup_s, c.warmup_s, c.measure_s = cp.startup_s, cp.warmup_s, cp.measure_s
     c.engine_starts = cp.engine_starts

@@ -115,6 +115,9 @@ def tune_cmd(
     max_error_rate: Annotated[float, typer.Option(help="highest tolerated error rate")] = 0.01,
     seed: Annotated[int, typer.Option(help="seed of the sampler and the workload salts")] = 0,
     startup_timeout: Annotated[str, typer.Option(help="most an engine start may take")] = "300s",
+    request_timeout: Annotated[
+        str, typer.Option(help="most one request may take; past it, it counts as an error")
+    ] = "180s",
     search_space: Annotated[
         Path | None, typer.Option(help="a search-space file instead of the engine's own")
     ] = None,
@@ -190,6 +193,7 @@ def tune_cmd(
         wl = parse_workload(workload)
         budget_s = parse_duration(time_budget) if time_budget else None
         startup_s = parse_duration(startup_timeout)
+        request_s = parse_duration(request_timeout)
     except (SLOError, WorkloadError, ValueError) as exc:
         fail(str(exc))
     headroom_frac = _percent("--headroom", headroom, "10%") / 100.0
@@ -223,6 +227,7 @@ def tune_cmd(
             max_error_rate=max_error_rate,
             seed=seed,
             startup_timeout_s=startup_s,
+            request_timeout_s=request_s,
             space_file=search_space,
             stages=stage_list,
             headroom=headroom_frac,

@@ -27,6 +27,7 @@ from tuner.compare import TIE_BAND
 from tuner.space import STAGE_ORDER
 
 SALT = re.compile(r"[0-9A-Za-z_-]{1,32}")
+STAGE_NAME = re.compile(r"[a-z][a-z0-9_-]*")
 URL = re.compile(r"^https?://[^/\s]+")
 
 
@@ -119,10 +120,13 @@ class TuneOptions(BaseModel):
     def _stages(cls, v: list[str] | None) -> list[str] | None:
         if v is None:
             return v
-        bad = [s for s in v if s not in STAGE_ORDER]
+        # Names of the space's stages or their kinds; which exist is checked against the
+        # space when the run loads it, before any engine starts.
+        bad = [s for s in v if not STAGE_NAME.fullmatch(s)]
         if bad or not v:
             raise ValueError(
-                f"--stages {','.join(v)!r}: unknown stage(s) {bad}; known: {', '.join(STAGE_ORDER)}"
+                f"--stages {','.join(v)!r}: not stage names {bad}; the kinds are "
+                f"{', '.join(STAGE_ORDER)}"
             )
         return v
 
@@ -131,7 +135,7 @@ class TuneOptions(BaseModel):
     def _space_file(cls, v: Path | None) -> Path | None:
         if v is not None and not v.is_file():
             raise ValueError(f"--search-space {v} does not exist")
-        return v
+        return v.resolve() if v is not None else None  # a resumed run may start elsewhere
 
     @field_validator("slos")
     @classmethod

@@ -85,8 +85,16 @@ from tuner.report import (
     write_atomic,
 )
 from tuner.search import Outcome, StageResult, run_stage
-from tuner.space import STAGE_ORDER, SearchSpace, Stage, found_in_log, load_space, space_path
-from tuner.store import FolderStore, RunMeta, RunStore
+from tuner.space import (
+    STAGE_ORDER,
+    SearchSpace,
+    SpaceError,
+    Stage,
+    found_in_log,
+    load_space,
+    space_path,
+)
+from tuner.store import FolderStore, RunMeta, RunStore, lock_folder
 
 Progress = Callable[[str], None]
 RunStatus = Literal["complete", "interrupted", "failed"]
@@ -220,6 +228,13 @@ class Runner:
     # ----------------------------------------------------------------- run
     def run(self) -> Report:
         self.out.mkdir(parents=True, exist_ok=True)
+        lock = lock_folder(self.out)  # held while this run works in its folder
+        try:
+            return self._run()
+        finally:
+            lock.close()
+
+    def _run(self) -> Report:
         self._open_store()
         status: RunStatus = "complete"
         error: str | None = None
@@ -243,7 +258,9 @@ class Runner:
 
     def _open_store(self) -> None:
         """A new run records what it was asked; a resumed one counts the resume and starts
-        its Optuna journal afresh (the seeded sampler, fed the same outcomes, replays it)."""
+        its Optuna journal afresh (the seeded sampler, fed the same outcomes, replays it). The
+        folder is locked while a run works in it: a second --resume of a live run is refused
+        (its sweep would stop the live run's engines)."""
         if self.meta is None:
             self.meta = RunMeta(
                 run_id=self.run_id, salt=self.salt, options=self.opts.model_dump(mode="json")
@@ -266,6 +283,8 @@ class Runner:
 
     def _close_store(self) -> None:
         assert self.meta is not None
+        if self.replay is not None and self.replay.pending:  # the resumed search stopped sooner
+            self.replay.drop_from(min(self.replay.pending), "not reached by the resumed search")
         self.meta.done = True
         self.store.save_meta(self.meta)
 
@@ -292,6 +311,14 @@ class Runner:
         if (n := _max_positions(model.path)) is not None:
             self.ctx["max_model_len"] = n
         self.space = load_space(path).for_machine(len(self.hw.gpus), self.ctx)
+        if self.opts.stages is not None:
+            known = {s.name for s in self.space.stages} | set(STAGE_ORDER)
+            if bad := [s for s in self.opts.stages if s not in known]:
+                raise SpaceError(
+                    f"--stages {','.join(self.opts.stages)!r}: unknown stage(s) {bad}; this "
+                    f"search space has {', '.join(s.name for s in self.space.stages)} (or give "
+                    f"a kind: {', '.join(STAGE_ORDER)})"
+                )
         if isinstance(self.opts.workload, SyntheticWorkload):
             self.tokenizer: Tokenizer | None = self._load_tokenizer(model.path)
         else:
@@ -522,6 +549,7 @@ class Runner:
                     server.base_url, server.served_model or self.model_path
                 )
             except QualityError as exc:
+                _raise_if_died(server, "during its quality check")
                 trial.status, trial.error = "failed", f"quality could not be measured: {exc}"
                 self.say(f"{label}: {trial.error}")
                 return
@@ -649,10 +677,14 @@ class Runner:
             return self.axis.floor(d.load_metrics.requests_per_s)
         return 1.0
 
-    def _wants(self, stage: str) -> bool:
-        """Whether the space has this stage and --stages does not leave it out."""
-        in_space = self.space is not None and self.space.stage(stage) is not None
-        return in_space and (self.opts.stages is None or stage in self.opts.stages)
+    def _selected(self, stage: Stage) -> bool:
+        """Whether --stages (names or kinds) leaves this stage in."""
+        chosen = self.opts.stages
+        return chosen is None or stage.name in chosen or stage.stage_kind in chosen
+
+    def _wants(self, kind: str) -> bool:
+        """Whether the space has a stage of this kind that --stages does not leave out."""
+        return self.space is not None and any(self._selected(s) for s in self.space.of_kind(kind))
 
     def _no_effect(self, params: dict[str, Any], log: Path) -> str | None:
         """A chosen option the engine's log says did nothing (the space's ``no_effect_log``)."""
@@ -693,6 +725,7 @@ class Runner:
         try:
             outs = self.exactness.outputs(server.base_url, server.served_model or self.model_path)
         except QualityError as exc:
+            _raise_if_died(server, "during its exactness check")
             if speculative:
                 trial.exactness = Exactness(checked=False, reason=f"greedy outputs: {exc}")
                 trial.rejected = trial.rejected or f"exactness not checked: {exc}"
@@ -891,38 +924,39 @@ class Runner:
         return None
 
     def _plan(self) -> list[tuple[str, int | None, str, str | None]]:
-        """Per stage in the prescribed order: (name, trials or None if skipped, reason, expected).
+        """Per stage in the space's order: (name, trials or None if skipped, reason, expected).
 
-        The probe's verdict weighs the budget; a stage it does not expect to pay off still gets
-        at least one confirmation trial, so the prediction is checked by measurement. Stages
-        not in the search space, or left out by --stages, are skipped with their reason.
+        The probe's verdict (per stage kind) weighs the budget; a stage it does not expect to
+        pay off still gets at least one trial, so the prediction is checked by measurement. A
+        kind the search space has no stage of, or a stage --stages leaves out, is skipped with
+        its reason.
         """
         assert self.space is not None
         if not self.launches:
             why = "endpoint: the server's settings are not tuned (autotune did not start it)"
             return [(name, None, why, None) for name in STAGE_ORDER]
-        present = {s.name for s in self.space.stages}
         verdict = {p.name: p for p in self.diagnosis.verdict.stages} if self.diagnosis else {}
-        forced = set(self.opts.stages) if self.opts.stages is not None else None
         rows: list[tuple[str, float | None, str, str | None]] = []
-        for name in STAGE_ORDER:
-            v = verdict.get(name)
+        for kind in STAGE_ORDER:
+            v = verdict.get(kind)
             expected = v.expected if v else None
             why = f"probe: {v.expected} to pay off: {v.reason}" if v else "no probe verdict"
-            if forced is not None and name not in forced:
-                rows.append((name, None, f"left out by --stages; {why}", expected))
-            elif name not in present:
+            stages = self.space.of_kind(kind)
+            if not stages:
                 rows.append(
                     (
-                        name,
+                        kind,
                         None,
                         f"the search space ({self.space.engine}, {self.space.device}) has no "
-                        f"{name} knobs; {why}",
+                        f"{kind} knobs; {why}",
                         expected,
                     )
                 )
-            else:
-                rows.append((name, v.weight if v else 1.0, why, expected))
+            for stage in stages:
+                if not self._selected(stage):
+                    rows.append((stage.name, None, f"left out by --stages; {why}", expected))
+                else:
+                    rows.append((stage.name, v.weight if v else 1.0, why, expected))
         run = [(n, w) for n, w, _, _ in rows if w is not None]
         total_w = sum(w for _, w in run) or 1.0
         left = self.opts.trials
@@ -970,7 +1004,7 @@ class Runner:
             n_trials = planned + spare
             before = self._best()
             score_before = before.score_tokens_per_s if before else None
-            if name == "speculative":
+            if stage.stage_kind == "speculative":
                 # Speculative configurations are checked against the one they start from.
                 self.exactness.reference = before.number if before else None
             later = sum(p or 0 for _, p, _, _ in plan[i_stage + 1 :])
@@ -1013,6 +1047,10 @@ class Runner:
                     f"refuses them (first: {result.refused[0][1]})"
                 )
             spare = n_trials - result.started
+            if before is not None:  # its current record (a resume restores new objects)
+                before = next(
+                    t for t in [self.baseline, *self.trials] if t and t.number == before.number
+                )
             # What goes on is the best configuration by its current estimate (a side-by-side
             # repeat may have changed the order since Optuna was told its score).
             best_trial = self._best()

@@ -38,7 +38,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-STAGE_ORDER = ("batching", "quantisation", "speculative")
+STAGE_ORDER = ("batching", "quantisation", "speculative")  # the stage kinds, in their order
+StageKind = Literal["batching", "quantisation", "speculative"]
 Scalar = str | int | float | bool
 
 
@@ -194,13 +195,35 @@ class Contrast(BaseModel):
 
 
 class Stage(BaseModel):
+    """One search stage. ``kind`` says what the tuner does around it (the quality gate for
+    quantisation, the exactness check for speculative decoding, the probe's verdict); it
+    defaults to the name, so a stage named after its kind need not say it, and a second stage
+    of a known kind is a change to the space file only."""
+
     model_config = ConfigDict(extra="forbid")
 
-    name: Literal["batching", "quantisation", "speculative"]
+    name: str = Field(pattern=r"^[a-z][a-z0-9_-]*$")
+    kind: StageKind | None = None
     help: str = ""
     contrast: Contrast | None = None
     knobs: list[Knob]
     candidates: list[dict[str, Scalar]] = []  # good starting points, enqueued before the sampler
+
+    @model_validator(mode="after")
+    def _kind(self) -> Stage:
+        if self.kind is None:
+            if self.name not in STAGE_ORDER:
+                raise ValueError(
+                    f"stage {self.name!r}: give its kind ({', '.join(STAGE_ORDER)}), or name it "
+                    "after one"
+                )
+            self.kind = self.name  # type: ignore[assignment]
+        return self
+
+    @property
+    def stage_kind(self) -> StageKind:
+        assert self.kind is not None  # set by the validator
+        return self.kind
 
     def active(self, params: dict[str, Any]) -> list[Knob]:
         """The knobs that exist given ``params`` (``when`` conditions), in order."""
@@ -302,8 +325,12 @@ class SearchSpace(BaseModel):
     @model_validator(mode="after")
     def _check(self) -> SearchSpace:
         names = [s.name for s in self.stages]
-        if names != sorted(names, key=STAGE_ORDER.index) or len(set(names)) != len(names):
-            raise ValueError(f"stages must be unique and in the order {', '.join(STAGE_ORDER)}")
+        kinds = [s.stage_kind for s in self.stages]
+        if kinds != sorted(kinds, key=STAGE_ORDER.index) or len(set(names)) != len(names):
+            raise ValueError(
+                f"stages must be unique and in the order {', '.join(STAGE_ORDER)} (by kind; "
+                f"got {', '.join(names)})"
+            )
         seen: set[str] = set()
         for stage in self.stages:
             for knob in stage.knobs:
@@ -394,13 +421,15 @@ class SearchSpace(BaseModel):
                 out.append((f"{name}={value}", opt.no_effect_log))
         return out
 
-    def changed(self, stage: str, params: dict[str, Any]) -> dict[str, Any]:
-        """The knobs of ``stage`` in ``params`` whose value differs from the engine default."""
-        st = self.stage(stage)
-        if st is None:
-            return {}
+    def of_kind(self, kind: str) -> list[Stage]:
+        return [s for s in self.stages if s.kind == kind]
+
+    def changed(self, kind: str, params: dict[str, Any]) -> dict[str, Any]:
+        """The knobs of the stages of ``kind`` in ``params`` whose value differs from the
+        engine default."""
         return {
             k.name: params[k.name]
+            for st in self.of_kind(kind)
             for k in st.knobs
             if k.name in params and params[k.name] != k.default
         }

@@ -10,6 +10,7 @@ gone.
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 from collections.abc import Callable
@@ -28,10 +29,11 @@ class _Stop:
         if self.requested:
             raise KeyboardInterrupt
         self.requested = True
-        print(
-            "\nautotune: stopping after the current load point (Ctrl-C again to stop now)",
-            file=sys.stderr,
-            flush=True,
+        # os.write, not print: a handler that prints while the interrupted code prints fails
+        # with "reentrant call".
+        os.write(
+            sys.stderr.fileno(),
+            b"\nautotune: stopping after the current load point (Ctrl-C again to stop now)\n",
         )
 
     def check(self) -> None:

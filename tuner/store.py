@@ -20,11 +20,12 @@ conformance suite (tests/unit/test_store.py).
 
 from __future__ import annotations
 
+import fcntl
 import io
 import json
 import os
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, BinaryIO, Protocol
 
 import numpy as np
 import orjson
@@ -141,6 +142,23 @@ def checkpoint_from_bytes(data: bytes) -> Checkpoint:
     return Checkpoint.model_validate(json.loads(data))
 
 
+def lock_folder(root: Path) -> BinaryIO:
+    """An exclusive lock on ``root/run.lock`` for as long as the returned object lives (the
+    process's life at most: the kernel drops it with the process, SIGKILL included).
+
+    Raises:
+        StoreError: another live autotune process holds it.
+    """
+    root.mkdir(parents=True, exist_ok=True)
+    f = open(root / "run.lock", "a+b")  # noqa: SIM115  (held open: the lock lives with it)
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        f.close()
+        raise StoreError(f"{root} is in use by another autotune process") from None
+    return f
+
+
 class FolderStore:
     """A run folder on disk (the default store); every write is atomic."""
 
@@ -189,7 +207,9 @@ class FolderStore:
     def checkpoints(self) -> dict[int, Checkpoint]:
         d = self.root / "checkpoints"
         out: dict[int, Checkpoint] = {}
-        for p in sorted(d.glob("[0-9][0-9][0-9].json")) if d.is_dir() else []:
+        for p in sorted(d.glob("*.json")) if d.is_dir() else []:
+            if not p.stem.isdigit():
+                continue
             try:
                 cp = checkpoint_from_bytes(p.read_bytes())
             except (OSError, ValueError) as exc:

@@ -119,7 +119,7 @@ def test_a_second_ctrl_c_stops_at_once(tmp_path: Path) -> None:
 
 
 @pytest.mark.timeout(120)
-def test_sigkill_of_the_tuner_leaves_no_engine_and_resume_sweeps(tmp_path: Path) -> None:
+def test_sigkill_of_the_tuner_takes_its_engine_along(tmp_path: Path) -> None:
     proc = _start(tmp_path)
     lines: list[str] = []
     _read_until(proc, "baseline: ready", lines)

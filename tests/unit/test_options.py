@@ -31,7 +31,7 @@ def _opts(**kw: Any) -> TuneOptions:
         ({"max_error_rate": 1.5}, "--max-error-rate must be in [0, 1), got 1.5"),
         ({"headroom": 1.0}, "--headroom must be < 1, got 1"),
         ({"salt": "a b"}, "--salt 'a b': use 1-32 letters"),
-        ({"stages": ["batching", "turbo"]}, "unknown stage(s) ['turbo']"),
+        ({"stages": ["batching", "Turbo!"]}, "not stage names ['Turbo!']"),
         ({"space_file": Path("no/such.yaml")}, "--search-space no/such.yaml does not exist"),
         ({"slos": parse_slos(["quality=1%"])}, "give at least one latency SLO"),
         ({"engine": "endpoint"}, "--engine endpoint needs --endpoint URL"),

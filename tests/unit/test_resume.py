@@ -138,3 +138,75 @@ def test_resume_refuses_what_it_cannot_continue(
 def test_resume_of_a_missing_folder_is_one_line(tmp_path: Path) -> None:
     res = CliRunner().invoke(app, ["--resume", str(tmp_path / "nope")])
     assert res.exit_code == 2 and "no such folder" in res.output
+
+
+SPACE_TPE = """
+engine: fake
+device: cpu
+baseline:
+  args: [--max-concurrent, "2"]
+common:
+  args: [--itl-ms, "10"]
+stages:
+  - name: batching
+    knobs:
+      - {name: max_concurrent, type: int, low: 1, high: 16, default: 2, flag: --max-concurrent}
+"""
+
+
+@pytest.mark.timeout(240)
+def test_the_seeded_sampler_replays_past_its_random_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No candidates: trials 1-3 are TPE's seeded random start, trial 4 its first model-based
+    proposal from the first three outcomes. Stopped in trial 5, the resumed search must ask
+    for the same four configurations again and get each from its checkpoint."""
+    opts = _options(tmp_path, trials=6, salt="tpe")
+    (tmp_path / "fake.yaml").write_text(SPACE_TPE)
+
+    def stop_at_trial_5(line: str) -> None:
+        if "trial 5 (batching): starting" in line:
+            raise KeyboardInterrupt
+
+    r1 = Runner(opts, stop_at_trial_5, engine=FakeEngine(), hardware=HW)
+    assert r1.run().status == "interrupted"
+    first = FolderStore(r1.out).checkpoints()
+    assert sorted(first) == [0, 1, 2, 3, 4]
+    started: list[str] = []
+    real_start = base_mod.ServerProcess.start
+
+    def spy(self: base_mod.ServerProcess) -> None:
+        started.append(self.log_path.parent.name)
+        real_start(self)
+
+    monkeypatch.setattr(base_mod.ServerProcess, "start", spy)
+    lines: list[str] = []
+    r2 = Runner(opts, lines.append, engine=FakeEngine(), hardware=HW, resume=r1.out)
+    report = r2.run()
+    assert report.status == "complete"
+    replayed = [t for t in report.trials if t.number <= 4]
+    assert [t.params for t in replayed] == [first[n].params for n in (1, 2, 3, 4)]
+    assert sum("as measured before the resume" in line for line in lines) == 5  # 0-4
+    assert not {"000", "001", "002", "003", "004"} & set(started)
+    assert "005" in started  # the interrupted one, measured again
+
+
+def test_a_restore_puts_the_budget_where_the_checkpoint_left_it(tmp_path: Path) -> None:
+    from tuner import checkpoint
+
+    opts = _options(tmp_path, time_budget_s=1000.0)
+    r = Runner(opts, lambda _: None, engine=FakeEngine(), hardware=HW)
+    now = [5000.0]
+    r.clock.now = r.budget.now = lambda: now[0]
+    r.clock.t0 = 4990.0  # this process has run 10 s
+    r.budget.deadline = 4990.0 + 1000.0
+    store = FolderStore(tmp_path / "store")
+    r.store = store
+    from tests.unit.test_store import _checkpoint
+
+    cp = _checkpoint(1, elapsed_s=400.0, stage_left_s=120.0, samples={})
+    checkpoint.restore(r, cp)
+    assert r.clock.elapsed() == pytest.approx(400.0)
+    assert r.budget.left() == pytest.approx(600.0)  # the whole run's budget, less 400 s spent
+    assert r.budget.stage_fits(119.0) and not r.budget.stage_fits(121.0)
+    assert r.clock.engine_starts == cp.engine_starts

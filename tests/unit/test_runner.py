@@ -521,3 +521,64 @@ def test_a_trial_none_of_whose_loads_holds_once_measured_again_loses_its_score(
     assert est is not None and est.censored == "below"
     assert trial.score_tokens_per_s is None and trial.load is None
     assert trial.status == "infeasible" and "side by side" in (trial.error or "")
+
+
+SPACE_KINDS = """
+engine: fake
+device: cpu
+baseline:
+  args: [--max-concurrent, "4"]
+common:
+  args: [--itl-ms, "10"]
+stages:
+  - name: batching
+    knobs:
+      - {name: max_concurrent, type: int, low: 1, high: 16, default: 4, flag: --max-concurrent}
+    candidates:
+      - {max_concurrent: 8}
+  - name: weights
+    kind: quantisation
+    help: a second stage of a known kind, declared in the space file only
+    knobs:
+      - name: weight_format
+        type: categorical
+        default: full
+        options:
+          full: {}
+          lossy: {args: [--quality-loss, "0.5"]}
+    candidates:
+      - {weight_format: lossy}
+"""
+
+
+@pytest.mark.timeout(180)
+def test_a_new_stage_of_a_known_kind_is_a_space_file_change_only(tmp_path: Path) -> None:
+    opts = _options(tmp_path, trials=2)
+    (tmp_path / "fake.yaml").write_text(SPACE_KINDS)
+    report = Runner(opts, lambda _: None, engine=FakeEngine(), hardware=HW).run()
+    assert report.status == "complete"
+    # Stages in the file's order, with the kinds' skips for the kind it lacks.
+    assert [(s.name, s.status) for s in report.stages] == [
+        ("batching", "run"),
+        ("weights", "run"),
+        ("speculative", "skipped"),
+    ]
+    weights = next(t for t in report.trials if t.stage == "weights")
+    assert weights.params["weight_format"] == "lossy"
+    # Its kind's gate ran: quality measured against the baseline, and the loss barred it.
+    assert weights.quality is not None and weights.quality.metric == "perplexity"
+    assert not weights.quality.holds and weights.rejected and "quality" in weights.rejected
+    assert report.recommended is not None and report.recommended.from_trial != weights.number
+
+
+def test_stages_names_a_stage_of_the_space_or_a_kind(tmp_path: Path) -> None:
+    from tuner.space import SpaceError
+
+    (tmp_path / "fake.yaml").write_text(SPACE_KINDS)
+    starts: list[str] = []
+    runner = Runner(
+        _options(tmp_path, stages=["turbo"]), starts.append, engine=FakeEngine(), hardware=HW
+    )
+    with pytest.raises(SpaceError, match=r"unknown stage\(s\) \['turbo'\]; this search space"):
+        runner.run()
+    assert not [line for line in starts if "starting" in line]  # refused before any engine

@@ -276,3 +276,52 @@ def test_the_fake_script_fails_at_start_when_asked() -> None:
     done = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False)
     assert done.returncode == 1
     assert "Available memory on node 0" in done.stderr
+
+
+@pytest.mark.timeout(60)
+def test_a_second_signal_during_teardown_still_kills_the_group(
+    tmp_path: Path, groups: list[int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    spec = fake_spec("--spawn-child", "--child-ignores-sigterm")
+    sp = ServerProcess(spec, tmp_path / "s.log", startup_timeout_s=30)
+    sp.start()
+    assert sp.proc is not None
+    pgid = sp.proc.pid
+    groups.append(pgid)
+    sp.wait_ready(poll_s=0.05)
+    import tuner.engines.base as base_mod
+
+    def interrupted(_: float) -> None:  # Ctrl-C again while the grace period runs
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(base_mod.time, "sleep", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        sp.stop(grace_s=30.0)  # the child ignores SIGTERM: only the SIGKILL sweep ends it
+    monkeypatch.undo()
+    assert_group_gone(pgid, within_s=5.0)
+
+
+def test_a_missing_engine_program_is_a_start_error(tmp_path: Path) -> None:
+    sp = ServerProcess(LaunchSpec(["/nonexistent/engine", "--port", "1"], {}), tmp_path / "s.log")
+    with pytest.raises(EngineStartError, match="could not be run: /nonexistent/engine"):
+        sp.start()
+
+
+def test_the_run_marker_reaches_the_engine_and_its_children(
+    tmp_path: Path, groups: list[int]
+) -> None:
+    from tuner.engines.lifetime import leftovers, sweep
+
+    sp = ServerProcess(
+        fake_spec("--spawn-child"), tmp_path / "s.log", startup_timeout_s=30, run_id="run-x1"
+    )
+    sp.start()
+    assert sp.proc is not None
+    groups.append(sp.proc.pid)
+    sp.wait_ready(poll_s=0.05)
+    found = leftovers("run-x1")
+    assert len(found) == 2 and sp.proc.pid in found  # the server and its child
+    assert not leftovers("run-x2")
+    assert sorted(sweep("run-x1", grace_s=5.0)) == found
+    assert not leftovers("run-x1")
+    sp.stop()

@@ -27,7 +27,7 @@ from typing import Protocol
 from probes.client import normalize_base_url
 from probes.http import request
 from probes.server_metrics import ServerSeries
-from tuner.engines.lifetime import RUN_MARKER, die_with_parent
+from tuner.engines.lifetime import RUN_MARKER, die_with_parent_of
 
 HOST = "127.0.0.1"
 
@@ -209,7 +209,7 @@ class ServerProcess:
                     stdin=subprocess.DEVNULL,
                     env=env,
                     start_new_session=True,
-                    preexec_fn=die_with_parent,
+                    preexec_fn=die_with_parent_of(os.getpid()),
                 )
             except OSError as exc:  # the program is missing or not executable
                 raise EngineStartError(
@@ -271,10 +271,10 @@ class ServerProcess:
         # already reaped (it died at start-up) can no longer be looked up, its children can.
         pgid: int | None = proc.pid
         try:
-            os.killpg(proc.pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pgid = None
-        try:
+            try:
+                os.killpg(proc.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pgid = None
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=grace_s)
             if pgid is not None:

@@ -2,7 +2,7 @@
 
 Three layers, none of which finds a process by its name:
 
-- ``die_with_parent``: run in the child between fork and exec, it asks Linux to SIGKILL the
+- ``die_with_parent_of``: run in the child between fork and exec, it asks Linux to SIGKILL the
   engine's leader when the tuner dies, whatever kills the tuner (SIGKILL included);
 - ``RUN_MARKER``: every engine a run starts carries ``AUTOTUNE_RUN=<run id>`` in its
   environment, which its children (vLLM's renamed engine core and workers) inherit;
@@ -18,22 +18,39 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 RUN_MARKER = "AUTOTUNE_RUN"
 _PR_SET_PDEATHSIG = 1
 
 
-def die_with_parent() -> None:
-    """In the child before exec: SIGKILL me when the thread that started me exits. The
-    tuner starts engines from its main thread, so that is when the tuner does."""
+def _resolve_prctl() -> Callable[..., int] | None:
+    # Looked up once, here in the parent: the child runs between fork and exec, where loading a
+    # library (a lock another thread of the tuner may hold) could deadlock.
     if not sys.platform.startswith("linux"):
-        return
-    with contextlib.suppress(OSError, AttributeError):
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        if os.getppid() == 1:  # the tuner died before prctl took effect
+        return None
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+
+_PRCTL = _resolve_prctl()
+
+
+def die_with_parent_of(parent: int) -> Callable[[], None]:
+    """A ``preexec_fn``: in the child before exec, SIGKILL it when the thread that started it
+    exits (the tuner starts engines from its main thread, so: when the tuner does), and exit at
+    once if ``parent`` is already gone. Calls only async-signal-safe code."""
+
+    def preexec() -> None:
+        if _PRCTL is not None:
+            _PRCTL(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+        if os.getppid() != parent:  # the tuner died before prctl took effect
             os._exit(1)
+
+    return preexec
 
 
 def _marked(pid: int, marker: bytes) -> bool:
