@@ -298,6 +298,7 @@ def test_a_second_signal_during_teardown_still_kills_the_group(
     with pytest.raises(KeyboardInterrupt):
         sp.stop(grace_s=30.0)  # the child ignores SIGTERM: only the SIGKILL sweep ends it
     monkeypatch.undo()
+    os.waitpid(pgid, 0)  # the SIGKILL went out: the leader ends (we reap it, as stop() would)
     assert_group_gone(pgid, within_s=5.0)
 
 
