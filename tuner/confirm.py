@@ -30,9 +30,9 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
-from probes.metrics import Verdict
+from probes.metrics import LoadMetrics, Verdict
 from tuner.capacity import LoadAxis
 from tuner.estimate import Constraint, Samples, estimate
 
@@ -200,3 +200,18 @@ def _next(
     if nxt < axis.minimum:
         return None
     return nxt
+
+
+class _Claim(Protocol):
+    meets_slo: bool
+
+    @property
+    def metrics(self) -> LoadMetrics: ...
+
+
+def weaker_than(rec: _Claim, base: _Claim) -> bool:
+    """Whether a confirmed recommendation claims less than the confirmed baseline, both met
+    every SLO with the headroom and full samples: then the baseline is the stronger claim."""
+    if not (rec.meets_slo and base.meets_slo):
+        return False
+    return rec.metrics.output_tokens_per_s < base.metrics.output_tokens_per_s

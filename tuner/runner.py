@@ -51,7 +51,7 @@ from tuner.budget import Budget, PhaseTimes
 from tuner.capacity import LoadAxis, PointOutcome, find_capacity
 from tuner.checkpoint import Replay
 from tuner.compare import ComparisonReport, beaten, side_by_side, too_close, verdict
-from tuner.confirm import ConfirmResult, Try, confirm, target_load
+from tuner.confirm import ConfirmResult, Try, confirm, target_load, weaker_than
 from tuner.engines import get_engine
 from tuner.engines.base import (
     Engine,
@@ -1348,6 +1348,25 @@ class Runner:
             return
         rec = confirmed
         base = self.baseline_confirmed
+        if base is not None and weaker_than(rec, base):
+            # Measured the same way (full sample, fresh start, the headroom), the baseline's
+            # claim is the stronger: recommend it, and say what the winner confirmed.
+            self.notes.append(
+                f"trial {rec.from_trial} led the search, but its confirmation "
+                f"({rec.metrics.output_tokens_per_s:.0f} output tokens/s at "
+                f"{self.axis.label(float(rec.load[self.axis.key]))}) came out below the "
+                f"baseline's ({base.metrics.output_tokens_per_s:.0f} at "
+                f"{self.axis.label(float(base.load[self.axis.key]))}): the baseline is recommended"
+            )
+            self.say(f"confirmation: below the confirmed baseline; {self.notes[-1]}")
+            out = base.model_copy()
+            out.gain_vs_baseline, out.gain_basis = 1.0, "the baseline is the recommendation"
+            out.confirmation = (
+                "the baseline's own fresh start from its launch command, confirmed after its "
+                f"search; trial {rec.from_trial}'s confirmation came out lower"
+            )
+            self.recommended = out
+            return
         loads = ", ".join(self.axis.label(float(t.load[self.axis.key])) for t in rec.tries)
         how = (
             f"engine restarted from launch_command, warmed up, then {len(rec.tries)} "

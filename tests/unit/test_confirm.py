@@ -309,3 +309,19 @@ def test_a_load_margin_keeps_the_open_loop_under_its_cliff() -> None:
     assert res.chosen is not None
     assert all(t.load <= 0.9 * 20.7 + 0.05 for t in res.tries)
     assert res.chosen.load == pytest.approx(18.6, abs=0.05)
+
+
+def test_a_confirmed_claim_below_the_confirmed_baseline_is_weaker() -> None:
+    from types import SimpleNamespace
+
+    from tuner.confirm import weaker_than
+
+    def claim(tok_s: float, meets: bool = True) -> SimpleNamespace:
+        return SimpleNamespace(meets_slo=meets, metrics=SimpleNamespace(output_tokens_per_s=tok_s))
+
+    # run 23 of 2026-12-01: trial 1 confirmed 483.5 tok/s, the baseline 498.3
+    assert weaker_than(claim(483.5), claim(498.3))
+    assert not weaker_than(claim(544.1), claim(496.8))
+    # Only a like-for-like comparison decides: both met every SLO with the headroom.
+    assert not weaker_than(claim(400.0), claim(498.3, meets=False))
+    assert not weaker_than(claim(400.0, meets=False), claim(498.3))
