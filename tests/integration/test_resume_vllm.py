@@ -1,9 +1,10 @@
 """SIGKILL of the tuner mid-run on a real vLLM with the embedded default, then ``--resume``.
 
 The tuner is killed while trial 1's engine runs, after the baseline's checkpoint was written.
-Its engine must not outlive it (it dies with its parent, or ``--resume`` sweeps what is left by
-the run's marker), and the resumed run must keep the baseline as measured (no second start of
-it), measure trial 1 once from the start, and end with a complete report. It asserts no times.
+No process of its engine may outlive it (the engine's supervisor ends the whole group, vLLM's
+engine core included), and the resumed run must keep the baseline as measured (no second start
+of it), measure trial 1 once from the start, and end with a complete report. It asserts no
+times (the wait for the engine to go is bounded, not measured).
 """
 
 from __future__ import annotations
@@ -71,11 +72,12 @@ def test_sigkill_mid_trial_then_resume_keeps_every_finished_trial_once(tmp_path:
     run_id = folder.name
     before = json.loads((folder / "checkpoints" / "000.json").read_text())["trial"]
     assert not (folder / "checkpoints" / "001.json").exists()
-    # Its engine died with it (or is swept by the resume below, which checks none is left).
+    # Its engine died with it, vLLM's engine core and workers too (its supervisor ends the
+    # whole group when the tuner dies).
     deadline = time.monotonic() + 30
     while leftovers(run_id) and time.monotonic() < deadline:
         time.sleep(0.5)
-    left_after_kill = leftovers(run_id)
+    assert not leftovers(run_id), "engine processes outlived the SIGKILLed tuner"
 
     res = subprocess.run(
         [sys.executable, "-m", "tuner.cli", "--resume", str(folder)],
@@ -106,4 +108,3 @@ def test_sigkill_mid_trial_then_resume_keeps_every_finished_trial_once(tmp_path:
     assert out.count("trial 1 (batching): starting") == 1
     assert data["recommended"] is not None
     assert (folder / "trials" / "001.stale-1").is_dir()  # the killed attempt, kept aside
-    print(f"left after the kill, before the resume's sweep: {left_after_kill}")

@@ -249,14 +249,15 @@ def test_start_runs_the_argv_in_a_new_session_with_the_env(tmp_path: Path) -> No
         calls.append((argv, kw))
         return subprocess.Popen([sys.executable, "-c", "pass"], start_new_session=True)
 
-    spec = LaunchSpec(["/bin/engine", "--port", "8123"], {"VLLM_CPU_KVCACHE_SPACE": "4"})
+    spec = LaunchSpec([sys.executable, "--port", "8123"], {"VLLM_CPU_KVCACHE_SPACE": "4"})
     sp = ServerProcess(spec, tmp_path / "a" / "b.log", popen=popen)
     assert sp.port == 8123
     assert sp.base_url == "http://127.0.0.1:8123"
     sp.start()
     sp.stop(grace_s=1.0)
     ((argv, kw),) = calls
-    assert argv == ["/bin/engine", "--port", "8123"]
+    # The engine's argv under the supervisor that ends its whole group with the tuner.
+    assert argv[:2] == [sys.executable, "-c"] and argv[3:] == [sys.executable, "--port", "8123"]
     assert kw["start_new_session"] is True
     assert kw["stdin"] == subprocess.DEVNULL
     assert kw["stderr"] == subprocess.STDOUT

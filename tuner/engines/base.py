@@ -15,6 +15,7 @@ import http.client
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -27,7 +28,7 @@ from typing import Protocol
 from probes.client import normalize_base_url
 from probes.http import request
 from probes.server_metrics import ServerSeries
-from tuner.engines.lifetime import RUN_MARKER, die_with_parent_of
+from tuner.engines.lifetime import RUN_MARKER, die_with_parent_of, supervised
 
 HOST = "127.0.0.1"
 
@@ -201,15 +202,20 @@ class ServerProcess:
             # start_new_session: the server and every child it spawns share a fresh process
             # group that we own, so teardown never has to find processes by name; the leader
             # dies with the tuner, even one killed by SIGKILL.
+            if not os.access(self.spec.argv[0], os.X_OK) and not shutil.which(self.spec.argv[0]):
+                raise EngineStartError(
+                    "the engine program could not be run",
+                    f"{self.spec.argv[0]}: not found or not executable",
+                )
             try:
                 self.proc = self.popen(
-                    self.spec.argv,
+                    supervised(self.spec.argv),
                     stdout=log,
                     stderr=subprocess.STDOUT,
                     stdin=subprocess.DEVNULL,
                     env=env,
                     start_new_session=True,
-                    preexec_fn=die_with_parent_of(os.getpid()),
+                    preexec_fn=die_with_parent_of(os.getpid(), signal.SIGTERM),
                 )
             except OSError as exc:  # the program is missing or not executable
                 raise EngineStartError(

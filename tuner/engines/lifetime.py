@@ -1,9 +1,13 @@
 """An engine never outlives the run that started it.
 
-Three layers, none of which finds a process by its name:
+Four layers, none of which finds a process by its name:
 
-- ``die_with_parent_of``: run in the child between fork and exec, it asks Linux to SIGKILL the
-  engine's leader when the tuner dies, whatever kills the tuner (SIGKILL included);
+- ``supervised``: the engine runs under a small supervisor that leads its process group; the
+  supervisor gets SIGTERM when the tuner dies (a parent-death signal, whatever kills the tuner,
+  SIGKILL included) and then ends the whole group, the engine's own children too (vLLM's
+  engine core and workers, which a parent-death signal on the engine alone would leave);
+- ``die_with_parent_of``: run in the child between fork and exec, it sets that signal and
+  exits at once if the tuner is already gone;
 - ``RUN_MARKER``: every engine a run starts carries ``AUTOTUNE_RUN=<run id>`` in its
   environment, which its children (vLLM's renamed engine core and workers) inherit;
 - ``leftovers``/``sweep``: the processes whose environment carries a run's marker, and their
@@ -39,18 +43,48 @@ def _resolve_prctl() -> Callable[..., int] | None:
 _PRCTL = _resolve_prctl()
 
 
-def die_with_parent_of(parent: int) -> Callable[[], None]:
-    """A ``preexec_fn``: in the child before exec, SIGKILL it when the thread that started it
-    exits (the tuner starts engines from its main thread, so: when the tuner does), and exit at
-    once if ``parent`` is already gone. Calls only async-signal-safe code."""
+def die_with_parent_of(parent: int, sig: signal.Signals = signal.SIGKILL) -> Callable[[], None]:
+    """A ``preexec_fn``: in the child before exec, send it ``sig`` when the thread that started
+    it exits (the tuner starts engines from its main thread, so: when the tuner does), and exit
+    at once if ``parent`` is already gone. Calls only async-signal-safe code."""
 
     def preexec() -> None:
         if _PRCTL is not None:
-            _PRCTL(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+            _PRCTL(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
         if os.getppid() != parent:  # the tuner died before prctl took effect
             os._exit(1)
 
     return preexec
+
+
+# The supervisor: argv = [grace_s, the engine's argv...]. It leads the engine's process group
+# and passes the engine's exit code on; on SIGTERM (a stop, or its parent's death) it sends
+# SIGTERM to the group, waits up to grace_s for the engine, then SIGKILLs the group, itself too.
+SUPERVISOR = """
+import os, signal, subprocess, sys
+grace = float(sys.argv[1])
+child = subprocess.Popen(sys.argv[2:])
+stopping = []
+def stop(signum, frame):
+    if stopping:
+        return
+    stopping.append(signum)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    os.killpg(0, signal.SIGTERM)
+    try:
+        child.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        pass
+    os.killpg(0, signal.SIGKILL)
+signal.signal(signal.SIGTERM, stop)
+sys.exit(child.wait())
+"""
+
+
+def supervised(argv: list[str], grace_s: float = 10.0) -> list[str]:
+    """``argv`` run under the supervisor (see SUPERVISOR); start it with
+    ``preexec_fn=die_with_parent_of(os.getpid(), signal.SIGTERM)``."""
+    return [sys.executable, "-c", SUPERVISOR, f"{grace_s:g}", *argv]
 
 
 def _marked(pid: int, marker: bytes) -> bool:
