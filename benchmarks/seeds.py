@@ -59,15 +59,17 @@ def ladder_from(x: float, step: float, n: int) -> list[float]:
     return [round(x * (1 + step * k), 2) for k in range(1, n + 1)]
 
 
-def capacity_tok_s(m: Result) -> float | None:
-    """vLLM's tokens/s at the highest load that held: the sweep's, or the claim's."""
-    cap = (m.get("capacity") or {}).get("score_tokens_per_s")
+def capacity_tok_s(m: Result, claimed_load: float) -> float | None:
+    """vLLM's tokens/s at the highest load that held: the sweep's, or the claim's. None where
+    neither the claim nor any step above it held: the steps only go up from the claim, so the
+    one bisection below it (half-way to zero) says nothing of where the capacity lies."""
+    cap = m.get("capacity") or {}
     claim = m.get("then") or {}
-    if claim.get("slo_pass") and claim.get("measured_tokens_per_s") is not None:
-        held_load = (m.get("capacity") or {}).get("capacity")
-        if held_load is None:  # the first step above the claim broke: the claim is the edge
-            return float(claim["measured_tokens_per_s"])
-    return cap
+    held_load = cap.get("capacity")
+    below = held_load is None or held_load < claimed_load  # no step above the claim held
+    if below and claim.get("slo_pass") and claim.get("measured_tokens_per_s") is not None:
+        return float(claim["measured_tokens_per_s"])  # the claim is the edge
+    return None if below else cap.get("score_tokens_per_s")
 
 
 def main() -> int:
@@ -127,13 +129,13 @@ def main() -> int:
             )  # fmt: skip
             m["claimed_load"] = x
             m["claimed_tokens_per_s"] = float(rec["metrics"]["output_tokens_per_s"])
-            m["vllm_capacity_tokens_per_s"] = capacity_tok_s(m)
+            m["vllm_capacity_tokens_per_s"] = capacity_tok_s(m, x)
             rnd[name] = m
             write_atomic(out / "seeds.json", json.dumps(doc, indent=2, default=str).encode())
 
     print("\n=== per run (medians over the repeats; vLLM's client)")
     caps: dict[str, float] = {}
-    for name, rec, _ in jobs:
+    for name, _rec, _ in jobs:
         runs = [r[name] for r in doc["repeats"] if name in r]
         vals = [c for c in (m["vllm_capacity_tokens_per_s"] for m in runs) if c is not None]
         cap = statistics.median(vals) if vals else None

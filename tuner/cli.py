@@ -131,9 +131,9 @@ def tune_cmd(
         str,
         typer.Option(
             help="under --load rate, recommend at most this far under the fitted capacity, e.g. "
-            "10% (open-loop latency explodes near saturation; a heavier client sees it first)",
+            "15% (open-loop latency explodes near saturation; a heavier client sees it first)",
         ),
-    ] = "10%",
+    ] = "15%",
     neighbour_cpu: Annotated[
         str,
         typer.Option(
@@ -199,7 +199,7 @@ def tune_cmd(
     headroom_frac = _percent("--headroom", headroom, "10%") / 100.0
     if not 0 <= headroom_frac < 1:
         fail(f"--headroom must be in [0%, 100%), got {headroom}")
-    margin_frac = _percent("--load-margin", load_margin, "10%") / 100.0
+    margin_frac = _percent("--load-margin", load_margin, "15%") / 100.0
     if not 0 <= margin_frac < 1:
         fail(f"--load-margin must be in [0%, 100%), got {load_margin}")
     neighbour_pct = _percent("--neighbour-cpu", neighbour_cpu, "16%")

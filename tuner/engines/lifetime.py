@@ -60,24 +60,26 @@ def die_with_parent_of(parent: int, sig: signal.Signals = signal.SIGKILL) -> Cal
 # The supervisor: argv = [grace_s, the engine's argv...]. It leads the engine's process group
 # and passes the engine's exit code on; on SIGTERM (a stop, or its parent's death) it sends
 # SIGTERM to the group, waits up to grace_s for the engine, then SIGKILLs the group, itself too.
+# It polls rather than blocking in wait(): a handler cannot wait on a child the interrupted
+# wait() holds the lock of.
 SUPERVISOR = """
-import os, signal, subprocess, sys
+import os, signal, subprocess, sys, time
 grace = float(sys.argv[1])
 child = subprocess.Popen(sys.argv[2:])
-stopping = []
+since = []
 def stop(signum, frame):
-    if stopping:
-        return
-    stopping.append(signum)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    os.killpg(0, signal.SIGTERM)
-    try:
-        child.wait(timeout=grace)
-    except subprocess.TimeoutExpired:
-        pass
-    os.killpg(0, signal.SIGKILL)
+    if not since:
+        since.append(time.monotonic())
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        os.killpg(0, signal.SIGTERM)
 signal.signal(signal.SIGTERM, stop)
-sys.exit(child.wait())
+while (rc := child.poll()) is None:
+    if since and time.monotonic() - since[0] > grace:
+        break
+    time.sleep(0.05)
+if since:
+    os.killpg(0, signal.SIGKILL)
+sys.exit(rc)
 """
 
 
