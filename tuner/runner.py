@@ -850,7 +850,7 @@ class Runner:
         )
         write_atomic(tdir / "trial.json", dump_json(trial))
         self.say(f"{label}: {self.axis.label(x):<10} {point_line(metrics, verdict)}")
-        _raise_if_died(server, f"while measured at {self.axis.label(x)}")
+        _raise_if_died(server, f"while measured at {self.axis.label(x)}", metrics.n_failed > 0)
         stop.check()  # a first Ctrl-C stops here, with this point written
         return PointOutcome(x, verdict.holds, verdict.worst_margin, metrics.output_tokens_per_s)
 
@@ -1203,7 +1203,9 @@ class Runner:
             metrics, v = m.metrics, j.verdict
             write_records(cdir / f"{_load_slug(self.axis, x)}.jsonl", m.records)
             self.say(f"{label}: {self.axis.label(x):<10} {point_line(metrics, v)}")
-            _raise_if_died(server, f"during its confirmation at {self.axis.label(x)}")
+            _raise_if_died(
+                server, f"during its confirmation at {self.axis.label(x)}", metrics.n_failed > 0
+            )
             stop.check()
             window = self.measurer.score_window(x, len(m.records), metrics)
             samples = Samples.from_records(x, j.records, window)
@@ -1499,9 +1501,9 @@ class Runner:
         return report
 
 
-def _raise_if_died(server: RunningServer, when: str) -> None:
+def _raise_if_died(server: RunningServer, when: str, failures: bool = True) -> None:
     died = getattr(server, "died", None)  # an attached endpoint is not ours to watch
-    if died is not None and (exc := died()) is not None:
+    if died is not None and (exc := died(1.0 if failures else 0.0)) is not None:
         raise EngineDied(exc.reason, f"{exc.detail} {when}")
 
 

@@ -16,6 +16,19 @@ from tuner.runner import Runner
 from tuner.store import FolderStore
 
 
+def _spy_on_starts(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The folders (trial number, "confirmation") of every engine started from now on."""
+    started: list[str] = []
+    real_start = base_mod.ServerProcess.start
+
+    def spy(self: base_mod.ServerProcess) -> None:
+        started.append(self.log_path.parent.name)
+        real_start(self)
+
+    monkeypatch.setattr(base_mod.ServerProcess, "start", spy)
+    return started
+
+
 def _starts(lines: list[str]) -> list[str]:
     return [line for line in lines if ": starting fake" in line]
 
@@ -42,14 +55,7 @@ def test_a_run_stopped_in_trial_2_resumes_without_measuring_0_and_1_again(
     elapsed_1 = before["timing"]["wall_s"]
 
     second: list[str] = []
-    started: list[str] = []
-    real_start = base_mod.ServerProcess.start
-
-    def spy(self: base_mod.ServerProcess) -> None:
-        started.append(self.log_path.parent.name)
-        real_start(self)
-
-    monkeypatch.setattr(base_mod.ServerProcess, "start", spy)
+    started = _spy_on_starts(monkeypatch)
     r2 = Runner(opts, second.append, engine=FakeEngine(), hardware=HW, resume=r1.out)
     report = r2.run()
     assert report.status == "complete" and r2.out == r1.out and r2.run_id == r1.run_id
@@ -172,14 +178,7 @@ def test_the_seeded_sampler_replays_past_its_random_start(
     assert r1.run().status == "interrupted"
     first = FolderStore(r1.out).checkpoints()
     assert sorted(first) == [0, 1, 2, 3, 4]
-    started: list[str] = []
-    real_start = base_mod.ServerProcess.start
-
-    def spy(self: base_mod.ServerProcess) -> None:
-        started.append(self.log_path.parent.name)
-        real_start(self)
-
-    monkeypatch.setattr(base_mod.ServerProcess, "start", spy)
+    started = _spy_on_starts(monkeypatch)
     lines: list[str] = []
     r2 = Runner(opts, lines.append, engine=FakeEngine(), hardware=HW, resume=r1.out)
     report = r2.run()

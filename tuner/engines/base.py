@@ -261,8 +261,13 @@ class ServerProcess:
         """The server's exit code once it has exited (died under load, say); None while up."""
         return self.proc.poll() if self.proc is not None else None
 
-    def died(self) -> EngineDied | None:
-        """An EngineDied to raise if the server is gone, with the engine's reading of its log."""
+    def died(self, wait_s: float = 0.0) -> EngineDied | None:
+        """An EngineDied to raise if the server is gone, with the engine's reading of its log.
+        ``wait_s``: how long to give an engine that may be on its way out (requests failed):
+        its supervisor notices the engine's exit within a poll, not at once."""
+        if wait_s > 0 and self.proc is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=wait_s)
         rc = self.exit_code()
         if rc is None:
             return None
