@@ -56,10 +56,6 @@ def _percent(flag: str, text: str, example: str) -> float:
         fail(f"{flag} {text!r} is not a percentage such as {example}")
 
 
-def _sigterm(*_: object) -> None:
-    raise KeyboardInterrupt  # run the same clean-up as Ctrl-C
-
-
 @app.callback(invoke_without_command=True)
 def tune_cmd(
     ctx: typer.Context,
@@ -363,7 +359,9 @@ def probe_cmd(
 
     # SIGTERM runs Ctrl-C's clean-up while the command runs; the caller's handler comes back
     # after (a test runner in the same process keeps its own).
-    previous = signal.signal(signal.SIGTERM, _sigterm)
+    from tuner.stop import sigterm
+
+    previous = signal.signal(signal.SIGTERM, sigterm)
     try:
         result = probe(
             workload=wl,

@@ -49,14 +49,15 @@ def check() -> None:
     STOP.check()
 
 
-def _sigterm(signum: int, frame: FrameType | None) -> None:
+def sigterm(signum: int, frame: FrameType | None) -> None:
+    """SIGTERM as an immediate interrupt (the same clean-up as Ctrl-C)."""
     raise KeyboardInterrupt
 
 
 def install() -> Callable[[], None]:
     """Take SIGINT and SIGTERM for a command; returns what puts the caller's handlers back."""
     STOP.requested = False
-    previous = signal.signal(signal.SIGINT, STOP.on_sigint), signal.signal(signal.SIGTERM, _sigterm)
+    previous = signal.signal(signal.SIGINT, STOP.on_sigint), signal.signal(signal.SIGTERM, sigterm)
 
     def restore() -> None:
         signal.signal(signal.SIGINT, previous[0])
