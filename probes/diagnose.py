@@ -28,7 +28,7 @@ from probes.client import LoadClient, run_load
 from probes.metrics import LoadMetrics, summarize
 from probes.roofline import DeviceRates, ModelSize, measure_device, model_size, parse_cache_bytes
 from probes.server_metrics import ServerSeries, delta, fetch_snapshot
-from probes.verdict import Verdict, decide
+from probes.verdict import ProbeVerdict, decide
 from probes.workload import SyntheticWorkload, Tokenizer, Workload, prepare_requests
 
 
@@ -59,7 +59,7 @@ class Diagnosis(BaseModel):
     device: DeviceRates | None
     model: ModelSize | None
     llc_bytes: int | None
-    verdict: Verdict
+    verdict: ProbeVerdict
 
 
 def _point(m: LoadMetrics, prompt: int, out: int, c: int) -> SweepPoint:

@@ -39,7 +39,9 @@ class StagePlan(BaseModel):
     weight: float  # share of the search budget
 
 
-class Verdict(BaseModel):
+class ProbeVerdict(BaseModel):
+    """The probe's finding (not a load point's SLO verdict: that is probes.metrics.Verdict)."""
+
     model_config = ConfigDict(extra="forbid")
 
     bottleneck: Literal["prefill", "decode"]
@@ -66,7 +68,7 @@ def decide(
     llc_bytes: int | None,
     batching_gain: float | None,
     tpot_growth: float | None,
-) -> Verdict:
+) -> ProbeVerdict:
     """Turn measured figures into the verdict and the stage plan (see the module docstring)."""
     decode_share = 1.0 - prefill_share
     floor_ms = (
@@ -195,7 +197,7 @@ def decide(
         + (", ".join(p.name for p in plans if p.expected == "likely") or "none")
         + "."
     )
-    return Verdict(
+    return ProbeVerdict(
         bottleneck=bottleneck,
         prefill_share=prefill_share,
         decode_share=decode_share,

@@ -144,19 +144,24 @@ def load_file_workload(path: Path) -> FileWorkload:
         raise WorkloadError(
             f"workload {str(path)!r} is neither synthetic:input=N,output=M nor an existing file"
         )
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except UnicodeDecodeError:
+        raise WorkloadError(f"workload {path}: not UTF-8 text (one JSON object a line)") from None
+    except OSError as exc:
+        raise WorkloadError(f"workload {path}: cannot be read: {exc.strerror or exc}") from None
     items: list[FileItem] = []
-    with path.open(encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                data = orjson.loads(line)
-                item = FileItem.model_validate(data)
-            except Exception as exc:
-                raise WorkloadError(f"{path}:{n}: not a valid workload line: {exc}") from None
-            if (item.prompt is None) == (item.messages is None):
-                raise WorkloadError(f"{path}:{n}: give exactly one of 'prompt' or 'messages'")
-            items.append(item)
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            data = orjson.loads(line)
+            item = FileItem.model_validate(data)
+        except Exception as exc:
+            raise WorkloadError(f"{path}:{n}: not a valid workload line: {exc}") from None
+        if (item.prompt is None) == (item.messages is None):
+            raise WorkloadError(f"{path}:{n}: give exactly one of 'prompt' or 'messages'")
+        items.append(item)
     if not items:
         raise WorkloadError(f"{path}: no requests in the file")
     return FileWorkload(path=str(path), items=tuple(items))
@@ -194,6 +199,38 @@ def synthetic_prompt(
         if got == n_tokens:
             return text
     raise WorkloadError(f"could not build a prompt of exactly {n_tokens} tokens")
+
+
+def check_buildable(workload: Workload, tokenizer: Tokenizer | None) -> None:
+    """Whether the workload's shortest prompt can be built with this tokenizer, before any
+    engine starts (a request's salt and the special tokens take some of its tokens).
+
+    Raises:
+        WorkloadError: the prompts cannot be built, with the shortest input that can.
+    """
+    if not isinstance(workload, SyntheticWorkload):
+        return
+    if tokenizer is None:
+        raise WorkloadError("a synthetic workload needs the model's tokenizer")
+    n = workload.shortest_input
+    salt = "[ffffffff-99999] "  # as long as a run's salts get
+    try:
+        synthetic_prompt(tokenizer, n, salt, random.Random(0))
+    except WorkloadError:
+        least = len(tokenizer.encode(salt, add_special_tokens=True)) + 1
+        for m in range(least, least + 16):  # the first length that builds (seams can merge)
+            try:
+                synthetic_prompt(tokenizer, m, salt, random.Random(0))
+                least = m
+                break
+            except WorkloadError:
+                continue
+        spread = " (its shortest, with the spread)" if workload.spread else ""
+        raise WorkloadError(
+            f"workload {workload.label}: a prompt of {n} tokens{spread} cannot be built with this "
+            f"model's tokenizer (each request starts with a distinct prefix); the shortest that "
+            f"can is {least} tokens"
+        ) from None
 
 
 def prepare_requests(

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from probes.workload import WorkloadError
 from tuner.engines import UnknownEngineError
 from tuner.engines.endpoint import EndpointError
 from tuner.models import ModelError
@@ -37,7 +38,7 @@ def tune(opts: TuneOptions, progress: Progress | None = None) -> tuple[Report, P
     try:
         runner = Runner(opts, progress) if progress else Runner(opts)
         report = runner.run()
-    except (ModelError, UnknownEngineError, SpaceError, EndpointError) as exc:
+    except (ModelError, UnknownEngineError, SpaceError, EndpointError, WorkloadError) as exc:
         raise UserError(str(exc)) from exc
     return report, runner.out
 
@@ -68,6 +69,13 @@ def resume(run_dir: Path, progress: Progress | None = None) -> tuple[Report, Pat
             Runner(opts, progress, resume=run_dir) if progress else Runner(opts, resume=run_dir)
         )
         report = runner.run()
-    except (ModelError, UnknownEngineError, SpaceError, EndpointError, StoreError) as exc:
+    except (
+        ModelError,
+        UnknownEngineError,
+        SpaceError,
+        EndpointError,
+        StoreError,
+        WorkloadError,
+    ) as exc:
         raise UserError(str(exc)) from exc
     return report, runner.out

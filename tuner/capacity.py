@@ -74,6 +74,10 @@ class LoadAxis:
     def label(self, x: float) -> str:
         return f"c={int(x)}" if self.kind == "concurrency" else f"rate={x:g}/s"
 
+    def slug(self, x: float) -> str:
+        """A load in a file name: ``c0032`` or ``r2.45``."""
+        return f"c{int(x):04d}" if self.kind == "concurrency" else f"r{x:g}"
+
 
 CONCURRENCY = LoadAxis("concurrency")
 

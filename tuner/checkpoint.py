@@ -23,7 +23,7 @@ from tuner.store import Checkpoint, RunStore
 
 if TYPE_CHECKING:
     from tuner.report import TrialReport
-    from tuner.runner import Runner
+    from tuner.state import RunState
 
 
 def _rng_state(rng: random.Random) -> list[Any]:
@@ -36,61 +36,61 @@ def _set_rng_state(rng: random.Random, state: list[Any]) -> None:
     rng.setstate((version, tuple(internal), gauss))
 
 
-def save(runner: Runner, trial: TrialReport) -> Checkpoint:
-    """The state right after ``trial`` finished (``runner.trials`` does not hold it yet)."""
-    now = runner.clock.now()
-    b = runner.budget
+def save(st: RunState, trial: TrialReport) -> Checkpoint:
+    """The state right after ``trial`` finished (``st.trials`` does not hold it yet)."""
+    now = st.clock.now()
+    b = st.budget
     cp = Checkpoint(
         number=trial.number,
         stage=trial.stage,
         params=trial.params,
         trial=trial,
-        baseline=runner.baseline,
-        trials=runner.trials,
-        stage_reports=runner.stage_reports,
-        comparisons=runner.comparisons,
-        baseline_confirmed=runner.baseline_confirmed,
-        notes=runner.notes,
-        diagnosis=runner.diagnosis,
-        probe_s=runner.probe_s,
-        quality_ref=runner.quality.ref,
-        quality_ref_error=runner.quality.ref_error,
-        greedy=runner.exactness.greedy,
-        samples={n: len(s) for n, s in runner.samples.items()},
-        rng_state=_rng_state(runner.rng),
-        elapsed_s=runner.clock.elapsed(),
+        baseline=st.baseline,
+        trials=st.trials,
+        stage_reports=st.stage_reports,
+        comparisons=st.comparisons,
+        baseline_confirmed=st.baseline_confirmed,
+        notes=st.notes,
+        diagnosis=st.diagnosis,
+        probe_s=st.probe_s,
+        quality_ref=st.quality.ref,
+        quality_ref_error=st.quality.ref_error,
+        greedy=st.exactness.greedy,
+        samples={n: len(s) for n, s in st.samples.items()},
+        rng_state=_rng_state(st.rng),
+        elapsed_s=st.clock.elapsed(),
         stage_left_s=b.stage_deadline - now if b.stage_deadline != float("inf") else None,
-        startup_s=runner.clock.startup_s,
-        warmup_s=runner.clock.warmup_s,
-        measure_s=runner.clock.measure_s,
-        engine_starts=runner.clock.engine_starts,
+        startup_s=st.clock.startup_s,
+        warmup_s=st.clock.warmup_s,
+        measure_s=st.clock.measure_s,
+        engine_starts=st.clock.engine_starts,
     )
-    runner.store.save_checkpoint(cp)
+    st.store.save_checkpoint(cp)
     return cp
 
 
-def restore(runner: Runner, cp: Checkpoint) -> TrialReport:
-    """Put the runner back in the state right after ``cp``'s trial; returns that trial."""
-    runner.baseline = cp.baseline
-    runner.trials = list(cp.trials)
-    runner.stage_reports = list(cp.stage_reports)
-    runner.comparisons = list(cp.comparisons)
-    runner.baseline_confirmed = cp.baseline_confirmed
-    runner.notes = list(cp.notes)
-    runner.diagnosis = cp.diagnosis
-    runner.probe_s = cp.probe_s
-    runner.quality.ref = cp.quality_ref
-    runner.quality.ref_error = cp.quality_ref_error
-    runner.exactness.greedy = dict(cp.greedy)
-    runner.samples = {n: runner.store.samples(n, k) for n, k in cp.samples.items()}
-    _set_rng_state(runner.rng, cp.rng_state)
-    c, b = runner.clock, runner.budget
+def restore(st: RunState, cp: Checkpoint) -> TrialReport:
+    """Put the run's state back in the state right after ``cp``'s trial; returns that trial."""
+    st.baseline = cp.baseline
+    st.trials = list(cp.trials)
+    st.stage_reports = list(cp.stage_reports)
+    st.comparisons = list(cp.comparisons)
+    st.baseline_confirmed = cp.baseline_confirmed
+    st.notes = list(cp.notes)
+    st.diagnosis = cp.diagnosis
+    st.probe_s = cp.probe_s
+    st.quality.ref = cp.quality_ref
+    st.quality.ref_error = cp.quality_ref_error
+    st.exactness.greedy = dict(cp.greedy)
+    st.samples = {n: st.store.samples(n, k) for n, k in cp.samples.items()}
+    _set_rng_state(st.rng, cp.rng_state)
+    c, b = st.clock, st.budget
     now = c.now()
     # The run had taken cp.elapsed_s when the trial finished: the clock and both deadlines
     # continue from there.
     c.t0 = now - cp.elapsed_s
     if b.bounded:
-        b.deadline = c.t0 + (runner.opts.time_budget_s or 0.0)
+        b.deadline = c.t0 + (st.opts.time_budget_s or 0.0)
     b.stage_deadline = now + cp.stage_left_s if cp.stage_left_s is not None else float("inf")
     c.startup_s, c.warmup_s, c.measure_s = cp.startup_s, cp.warmup_s, cp.measure_s
     c.engine_starts = cp.engine_starts

@@ -163,6 +163,11 @@ class TuneOptions(BaseModel):
             raise ValueError(
                 "--endpoint is for --engine endpoint (a server autotune does not start)"
             )
+        elif self.tokenizer:
+            raise ValueError(
+                "--tokenizer is for --engine endpoint: an engine autotune starts is given the "
+                "model folder, and its prompts are built with that model's own tokenizer"
+            )
         elif not self.model:
             raise ValueError("--model is required (try --model smollm2-135m)")
         return self

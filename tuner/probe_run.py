@@ -22,13 +22,20 @@ from probes.client import LoadClient, run_load
 from probes.diagnose import Diagnosis, run_diagnosis
 from probes.metrics import LoadMetrics, summarize
 from probes.server_metrics import ServerSeries
-from probes.workload import SyntheticWorkload, Tokenizer, Workload, prepare_requests
-from tuner.engines import get_engine
-from tuner.engines.base import ServerProcess, free_port
+from probes.workload import (
+    SyntheticWorkload,
+    Tokenizer,
+    Workload,
+    WorkloadError,
+    check_buildable,
+    prepare_requests,
+)
+from tuner.engines import UnknownEngineError, get_engine
+from tuner.engines.base import Engine, EngineStartError, LaunchSpec, ServerProcess, free_port
 from tuner.engines.endpoint import EndpointEngine, EndpointError, attach
 from tuner.hardware import Hardware, detect_hardware, template_context
 from tuner.launch import launch_settings
-from tuner.models import resolve_model
+from tuner.models import ModelError, resolve_model
 from tuner.space import SpaceError, load_space, space_path
 
 
@@ -81,51 +88,71 @@ def _tokenizer(path: str | None) -> Tokenizer | None:
         raise ProbeError(f"cannot load a tokenizer from {path!r}: {exc}") from None
 
 
+def _launch_spec(
+    model: str, engine_name: str, params: dict[str, Any], hw: Hardware
+) -> tuple[Engine, str, LaunchSpec]:
+    """The engine, the model folder and the launch command, all checked before anything starts.
+
+    Raises:
+        ProbeError: an unknown engine or model, a bad search space or knob value.
+    """
+    try:
+        engine = get_engine(engine_name)
+        resolved = resolve_model(model)
+        space = load_space(space_path(engine.name, hw.device))
+        # What every launch sets, what the baseline needs to start here, then the given knobs
+        # (tuner/launch.py: the builder tuning uses, so a knob never passes a baseline flag
+        # twice).
+        args, env = launch_settings(space, params, template_context(hw))
+    except (UnknownEngineError, ModelError, SpaceError) as exc:
+        raise ProbeError(str(exc)) from None
+    return engine, resolved.path, engine.launch_spec(resolved.path, args, env, free_port())
+
+
+def _check_buildable(workload: Workload, tok: Tokenizer | None) -> None:
+    try:
+        check_buildable(workload, tok)
+    except WorkloadError as exc:
+        raise ProbeError(str(exc)) from None
+
+
 @contextlib.contextmanager
 def _server(
-    model: str | None,
-    engine_name: str,
-    params: dict[str, Any],
+    launch: tuple[Engine, str, LaunchSpec] | None,
     endpoint: str | None,
     served_model: str | None,
     out_dir: Path,
-    hw: Hardware,
     say: Callable[[str], None],
 ) -> Iterator[tuple[str, str, str | None, float | None, bool, ServerSeries | None]]:
     """Yields (base_url, served model, model folder, start-up s, ignore_eos ok, its series)."""
-    if endpoint:
+    if launch is None:
         try:
-            a = attach(endpoint, served_model)
+            a = attach(endpoint or "", served_model)
         except EndpointError as exc:
             raise ProbeError(str(exc)) from None
+        folder = a.root if a.root and Path(a.root).is_dir() else None
         yield (
             a.base_url,
             a.served_model,
-            _weights_folder(a.served_model),
+            folder or _weights_folder(a.served_model),
             None,
             a.ignore_eos,
             EndpointEngine.series,
         )
         return
-    assert model is not None
-    engine = get_engine(engine_name)
-    resolved = resolve_model(model)
-    space = load_space(space_path(engine.name, hw.device))
-    # What every launch sets, what the baseline needs to start here, then the given knobs
-    # (tuner/launch.py: the builder tuning uses, so a knob never passes a baseline flag twice).
-    try:
-        args, env = launch_settings(space, params, template_context(hw))
-    except SpaceError as exc:
-        raise ProbeError(str(exc)) from None
-    spec = engine.launch_spec(resolved.path, args, env, free_port())
+    engine, path, spec = launch
+    args = spec.argv[spec.argv.index("--port") + 2 :]
     say(f"probe: starting {engine.name} ({' '.join(args) or 'defaults'})")
     with ServerProcess(spec, out_dir / "server.log", classify=engine.classify_failure) as srv:
-        startup = srv.wait_ready()
+        try:
+            startup = srv.wait_ready()
+        except EngineStartError as exc:
+            raise ProbeError(f"{engine.name} failed to start: {exc}") from None
         say(f"probe: ready in {startup:.0f} s")
         yield (
             srv.base_url,
-            srv.served_model or resolved.path,
-            resolved.path,
+            srv.served_model or path,
+            path,
             startup,
             engine.supports_ignore_eos,
             engine.series,
@@ -161,8 +188,14 @@ def probe(
         concurrency = 1
     seed = int(time.time()) if seed is None else seed
     hw = detect_hardware()
+    launch = _launch_spec(model, engine, params or {}, hw) if model is not None else None
+    synthetic = isinstance(workload, SyntheticWorkload)
+    tok = None
+    if launch is not None:  # the tokenizer and the prompts are checked before the start
+        tok = _tokenizer(tokenizer or launch[1]) if synthetic else _tokenizer(tokenizer)
+        _check_buildable(workload, tok)
     out_dir.mkdir(parents=True, exist_ok=True)
-    with _server(model, engine, params or {}, endpoint, served_model, out_dir, hw, progress) as (
+    with _server(launch, endpoint, served_model, out_dir, progress) as (
         url,
         name,
         model_dir,
@@ -170,11 +203,9 @@ def probe(
         ignore_eos,
         series,
     ):
-        tok = (
-            _tokenizer(tokenizer or model_dir or name)
-            if isinstance(workload, SyntheticWorkload)
-            else _tokenizer(tokenizer)
-        )
+        if launch is None:
+            tok = _tokenizer(tokenizer or model_dir or name) if synthetic else _tokenizer(tokenizer)
+            _check_buildable(workload, tok)
         client = LoadClient(url)
         t0 = time.monotonic()
         reqs = prepare_requests(

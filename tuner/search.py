@@ -23,7 +23,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import optuna
 from optuna.distributions import (
@@ -32,10 +32,11 @@ from optuna.distributions import (
     FloatDistribution,
     IntDistribution,
 )
-from optuna.storages import JournalStorage
+from optuna.storages import BaseStorage, JournalStorage
 from optuna.storages.journal import JournalFileBackend
 from optuna.trial import TrialState
 
+from tuner.shared import fail_stale, heartbeat
 from tuner.space import Knob, Stage
 
 optuna.logging.set_verbosity(logging.WARNING)
@@ -86,20 +87,32 @@ def _finite(x: float) -> float:
     return 1e6 if not math.isfinite(x) else x
 
 
-def open_study(storage_path: Path, name: str, seed: int) -> optuna.Study:
-    storage = JournalStorage(JournalFileBackend(str(storage_path)))
+def open_study(storage: Path | BaseStorage, name: str, seed: int) -> tuple[optuna.Study, bool]:
+    """The stage's study (a journal file in the run folder, or a shared storage), and whether
+    this call created it: only its creator adds the known trials and the candidates, since in
+    a shared study another worker may have done so already."""
+    if isinstance(storage, Path):
+        storage = JournalStorage(JournalFileBackend(str(storage)))
     sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=3, multivariate=True)
-    return optuna.create_study(
-        study_name=name,
-        storage=storage,
-        sampler=sampler,
-        direction="maximize",
-        load_if_exists=True,
-    )
+    try:
+        study = optuna.create_study(
+            study_name=name, storage=storage, sampler=sampler, direction="maximize"
+        )
+        return study, True
+    except optuna.exceptions.DuplicatedStudyError:
+        return optuna.load_study(study_name=name, storage=storage, sampler=sampler), False
+
+
+class Slot(Protocol):
+    """One of a shared stage's trial budget, held while a configuration is measured."""
+
+    def done(self) -> None: ...
+    def release(self) -> None: ...
 
 
 def _tell(study: optuna.Study, trial: optuna.Trial, outcome: Outcome) -> None:
     trial.set_constraint(CONSTRAINT, _finite(outcome.constraint))
+    trial.set_user_attr("constraint", _finite(outcome.constraint))  # read by other workers
     trial.set_user_attr("status", outcome.status)
     for key, value in outcome.attrs.items():
         trial.set_user_attr(key, value)
@@ -113,12 +126,14 @@ def run_stage(
     stage: Stage,
     evaluate: Callable[[dict[str, Any]], Outcome],
     *,
-    storage_path: Path,
+    storage: Path | BaseStorage,
     n_trials: int,
     seed: int,
+    study_name: str | None = None,
     known: list[tuple[dict[str, Any], Outcome]] = (),  # type: ignore[assignment]
     should_stop: Callable[[], str | None] = lambda: None,
     refuse: Callable[[dict[str, Any]], str | None] = lambda p: None,
+    claim: Callable[[], Slot | None] | None = None,
     max_repeats: int = 4,
     max_refusals: int = 25,
 ) -> StageResult:
@@ -127,41 +142,54 @@ def run_stage(
     Args:
         evaluate: measures one configuration of this stage's knobs (the caller merges in what
             earlier stages fixed).
+        storage: the run folder's journal file, or a storage several workers share
+            (tuner/shared.py), where ``study_name`` names the stage's study.
         known: results the sampler should learn from (the baseline, as this stage's knobs).
         should_stop: a reason to stop before the next configuration (time budget), or None.
         refuse: why the engine would refuse a configuration at start-up (the space's rules),
             or None; a refused one is told to Optuna as failed and never started.
+        claim: in a shared study, one of the stage's trials across all workers (None: none
+            left); a configuration is started only with one held.
     """
     dists = {k.name: distribution(k) for k in stage.knobs}
-    study = open_study(storage_path, stage.name, seed)
+    study, created = open_study(storage, study_name or stage.name, seed)
     result = StageResult(stage.name)
     knobs = {k.name: k for k in stage.knobs}
     for params, outcome in known:
         active = {k.name for k in stage.active(params)}
         if set(params) != active or not _valid(knobs, params):
             continue
-        study.add_trial(
-            optuna.trial.create_trial(
-                params=params,
-                distributions={n: dists[n] for n in params},
-                value=outcome.score,
-                constraints={CONSTRAINT: _finite(outcome.constraint)},
-                user_attrs={"status": "known"},
+        if created:
+            study.add_trial(
+                optuna.trial.create_trial(
+                    params=params,
+                    distributions={n: dists[n] for n in params},
+                    value=outcome.score,
+                    constraints={CONSTRAINT: _finite(outcome.constraint)},
+                    user_attrs={"status": "known"},
+                )
             )
-        )
         result.outcomes.append((params, outcome))
-    for cand in stage.candidates:
-        study.enqueue_trial(cand, skip_if_exists=True)
+    if created:
+        for cand in stage.candidates:
+            study.enqueue_trial(cand, skip_if_exists=True)
 
     seen: dict[tuple, Outcome] = {_key(p): o for p, o in result.outcomes}
     repeats = 0
+    slot: Slot | None = None
     while result.started < n_trials:
         if why := should_stop():
             result.stopped_because = why
             break
+        fail_stale(study)  # a shared study: a dead worker's trial goes back in the queue
+        if claim is not None and slot is None and (slot := claim()) is None:
+            result.stopped_because = "every trial of the stage is taken (the workers share them)"
+            break
         trial = study.ask()
         params = _sample(trial, stage, dists)
         key = _key(params)
+        if key not in seen and (other := _measured_elsewhere(study, trial, params)) is not None:
+            seen[key] = other  # another worker's measurement, or one still running
         if key in seen:
             # Proposed again: reuse the measurement instead of restarting the engine.
             _tell(study, trial, seen[key])
@@ -183,13 +211,39 @@ def run_stage(
             continue
         repeats = 0
         result.started += 1
-        outcome = evaluate(params)
+        with heartbeat(study, trial):  # a worker killed mid-trial goes stale, and is retried
+            outcome = evaluate(params)
         seen[key] = outcome
         result.outcomes.append((params, outcome))
         _tell(study, trial, outcome)
+        if slot is not None:
+            slot.done()
+            slot = None
     else:
         result.stopped_because = f"trial budget reached ({n_trials})"
+    if slot is not None:
+        slot.release()
     return result
+
+
+def _measured_elsewhere(
+    study: optuna.Study, trial: optuna.Trial, params: dict[str, Any]
+) -> Outcome | None:
+    """Another worker's finished measurement of these parameters, or, while one is still
+    measuring them, a stand-in (told to Optuna as pruned): no configuration is measured
+    twice. None where no other trial has them."""
+    for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.RUNNING)):
+        if t.number == trial.number or t.params != params:
+            continue
+        if t.state == TrialState.RUNNING:
+            return Outcome("pruned", 0.0, 1.0, None, attrs={"duplicate_of": t.number})
+        if t.value is not None:
+            status = str(t.user_attrs.get("status", "ok"))
+            return Outcome(
+                "ok" if status == "known" else status, float(t.value),
+                float(t.user_attrs.get("constraint", 1.0)), None, attrs={"same_as": t.number},
+            )  # fmt: skip
+    return None
 
 
 def _sample(trial: optuna.Trial, stage: Stage, dists: dict[str, BaseDistribution]) -> dict:

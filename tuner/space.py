@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 STAGE_ORDER = ("batching", "quantisation", "speculative")  # the stage kinds, in their order
 StageKind = Literal["batching", "quantisation", "speculative"]
@@ -55,6 +55,18 @@ class Emit(BaseModel):
     json_: dict[str, dict[str, Scalar]] = Field(default={}, alias="json")
     requires: list[str] = []  # template keys (user paths) this option needs
     no_effect_log: str | None = None  # a log line that means the option did nothing
+
+    @field_validator("no_effect_log")
+    @classmethod
+    def _pattern(cls, v: str | None) -> str | None:
+        """Compiled when the space loads, not when a trial's log is read mid-run."""
+        if v is not None:
+            try:
+                re.compile(v)
+            except re.error as exc:
+                msg = f"no_effect_log {v!r} is not a regular expression: {exc}"
+                raise ValueError(msg) from None
+        return v
 
     def merge(self, other: Emit) -> None:
         self.args += other.args
@@ -465,9 +477,21 @@ def load_space(path: Path) -> SearchSpace:
     """
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError:
+        raise SpaceError(f"search space {path}: not UTF-8 text") from None
     except (OSError, yaml.YAMLError) as exc:
         raise SpaceError(f"search space {path}: {exc}") from None
     try:
         return SearchSpace.model_validate(data)
     except ValidationError as exc:
-        raise SpaceError(f"search space {path} is invalid:\n{exc}") from None
+        raise SpaceError(f"search space {path} is invalid: {_first_problem(exc)}") from None
+
+
+def _first_problem(exc: ValidationError) -> str:
+    """A schema violation in one line: where, what, and how many more there are."""
+    errors = exc.errors()
+    err = errors[0]
+    where = ".".join(str(x) for x in err.get("loc", ())) or "the file"
+    msg = str(err.get("msg", exc)).removeprefix("Value error, ")
+    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+    return f"{where}: {msg}{more}"

@@ -91,6 +91,7 @@ def _sse(obj: Any) -> bytes:
 def build_app(
     *,
     model: str = DEFAULT_MODEL,
+    root: str | None = None,
     ttft_ms: float = 5.0,
     itl_ms: float = 1.0,
     max_concurrent: int = 64,
@@ -114,7 +115,8 @@ def build_app(
         return web.Response(text="")
 
     async def models(_: web.Request) -> web.Response:
-        return web.json_response({"object": "list", "data": [{"id": model, "object": "model"}]})
+        listed = {"id": model, "object": "model", "root": root or model}  # as vLLM lists it
+        return web.json_response({"object": "list", "data": [listed]})
 
     async def metrics(_: web.Request) -> web.Response:
         drafts = st.n_tokens // 2 if spec_tokens else 0

@@ -253,23 +253,15 @@ def test_probe_on_an_endpoint_that_is_not_there_fails_clearly() -> None:
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("rejects", [False, True])
 def test_an_endpoint_is_asked_whether_it_takes_ignore_eos(tmp_path: Path, rejects: bool) -> None:
-    from tuner.hardware import detect_hardware
     from tuner.probe_run import _server
 
     knobs = {"reject_fields": ("ignore_eos",)} if rejects else {}
     with (
         FakeOpenAIServer(ttft_ms=1, itl_ms=1, **knobs) as srv,
-        _server(
-            None,
-            "vllm",
-            {},
-            srv.base_url + "/v1",
-            "fake-model",
-            tmp_path,
-            detect_hardware(),
-            lambda m: None,
-        ) as (url, name, folder, startup, ignore_eos, _mpath),
-    ):
+        _server(None, srv.base_url + "/v1", "fake-model", tmp_path, lambda m: None) as (
+            url, name, folder, startup, ignore_eos, _mpath,
+        ),
+    ):  # fmt: skip
         assert (url, name, folder, startup) == (srv.base_url, "fake-model", None, None)
         assert ignore_eos is (not rejects)
 

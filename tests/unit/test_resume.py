@@ -194,7 +194,7 @@ def test_a_restore_puts_the_budget_where_the_checkpoint_left_it(tmp_path: Path) 
     from tuner import checkpoint
 
     opts = _options(tmp_path, time_budget_s=1000.0)
-    r = Runner(opts, lambda _: None, engine=FakeEngine(), hardware=HW)
+    r = Runner(opts, lambda _: None, engine=FakeEngine(), hardware=HW).state
     now = [5000.0]
     r.clock.now = r.budget.now = lambda: now[0]
     r.clock.t0 = 4990.0  # this process has run 10 s

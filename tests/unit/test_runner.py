@@ -321,7 +321,7 @@ def test_quality_gate_no_effect_hang_and_exactness_on_a_fake_engine(tmp_path: Pa
     assert ex is not None and ex.identical is False and ex.first_divergence is not None
     assert ex.first_divergence.position == 3 and ex.first_divergence.prompt_index == 0
     assert diff.rejected and "--accept-divergence" in diff.rejected
-    ref = runner.exactness.reference
+    ref = runner.state.exactness.reference
     assert ref is not None and ex.reference_trial == ref
     assert ref in (0, mild.number)  # the configuration the speculative stage started from
     assert report.recommended is not None and report.recommended.from_trial != diff.number
@@ -384,6 +384,36 @@ def test_endpoint_mode_searches_only_the_load(tmp_path: Path) -> None:
     assert n_seen > rec.n_requests  # warm-up, search points and confirmation all went there
     md = (runner.out / "report.md").read_text()
     assert "was not started by autotune" in md
+
+
+def test_endpoint_mode_takes_the_tokenizer_from_the_folder_the_server_reports(
+    tmp_path: Path,
+) -> None:
+    """vLLM lists the model folder it serves as ``root`` in /v1/models: with no --tokenizer
+    and no --model, synthetic prompts are built with that folder's tokenizer."""
+    from tests.fakes.openai_server import FakeOpenAIServer
+    from tests.fakes.tokenizer import CharTokenizer
+    from tuner.engines.endpoint import EndpointEngine
+
+    folder = tmp_path / "served-folder"
+    folder.mkdir()
+    seen: list[str] = []
+
+    def loader(path: str) -> CharTokenizer:
+        seen.append(path)
+        return CharTokenizer()
+
+    with FakeOpenAIServer(model="served-name", root=str(folder)) as srv:
+        opts = _options(
+            tmp_path, model="", engine="endpoint", endpoint=srv.base_url, space_file=None,
+            workload=parse_workload("synthetic:input=64,output=8"),
+        )  # fmt: skip
+        runner = Runner(
+            opts, lambda m: None, engine=EndpointEngine(), hardware=HW, tokenizer_loader=loader
+        )
+        runner._prepare()
+    assert seen == [str(folder)]
+    assert runner.state.tokenizer is not None and runner.state.model_path == "served-name"
 
 
 def test_endpoint_mode_refuses_a_dead_endpoint(tmp_path: Path) -> None:
@@ -512,12 +542,12 @@ def test_a_trial_none_of_whose_loads_holds_once_measured_again_loses_its_score(
                       n_out_from_usage=True)
         for i in range(40)
     ]  # fmt: skip
-    runner.samples[1] = [Samples.from_records(8, slow, 4.0)]
+    runner.state.samples[1] = [Samples.from_records(8, slow, 4.0)]
     trial = TrialReport(
         number=1, stage="batching", params={}, args=[], env={}, launch_command=[],
         status="ok", score_tokens_per_s=656.0, load={"concurrency": 8.0},
     )  # fmt: skip
-    est = runner._rescore(trial, "side by side")
+    est = runner.evaluator.rescore(trial, "side by side")
     assert est is not None and est.censored == "below"
     assert trial.score_tokens_per_s is None and trial.load is None
     assert trial.status == "infeasible" and "side by side" in (trial.error or "")

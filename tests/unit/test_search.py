@@ -42,7 +42,7 @@ def test_conditional_knobs_are_sampled_only_when_active(tmp_path: Path) -> None:
     result = run_stage(
         STAGE,
         evaluate,
-        storage_path=tmp_path / "j.log",
+        storage=tmp_path / "j.log",
         n_trials=6,
         seed=1,
         known=[({"method": "none"}, Outcome("ok", 0.5, -0.1))],
@@ -68,7 +68,7 @@ def test_refused_configurations_are_never_started_nor_counted(tmp_path: Path) ->
     result = run_stage(
         STAGE,
         evaluate,
-        storage_path=tmp_path / "j.log",
+        storage=tmp_path / "j.log",
         n_trials=3,
         seed=0,
         refuse=refuse,

@@ -90,6 +90,14 @@ class EngineDied(EngineStartError):
     a crash): the configuration failed; what it measured before stays in its record."""
 
 
+def raise_if_died(server: RunningServer, when: str, failures: bool = True) -> None:
+    """Raises EngineDied where a launched engine exited (waiting a second when requests failed:
+    its supervisor reports the exit within a poll). An attached endpoint is not ours to watch."""
+    died = getattr(server, "died", None)
+    if died is not None and (exc := died(1.0 if failures else 0.0)) is not None:
+        raise EngineDied(exc.reason, f"{exc.detail} {when}")
+
+
 def match_failure(
     log_tail: str, rules: list[tuple[str, str]], clean: Callable[[str], str]
 ) -> str | None:

@@ -8,6 +8,7 @@ report says so, and has no launch command.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 from probes.client import normalize_base_url
@@ -29,6 +30,7 @@ class AttachedServer:
     served_model: str
     ignore_eos: bool
     startup_s: float = 0.0
+    root: str | None = None  # the model folder it reports in /v1/models (vLLM's ``root``)
 
 
 def attach(endpoint: str, served_model: str | None, timeout_s: float = 120.0) -> AttachedServer:
@@ -37,7 +39,10 @@ def attach(endpoint: str, served_model: str | None, timeout_s: float = 120.0) ->
     Raises:
         EndpointError: it does not answer a 1-token completion, or serves another model.
     """
-    url = normalize_base_url(endpoint)
+    try:
+        url = normalize_base_url(endpoint)
+    except ValueError as exc:
+        raise EndpointError(f"{exc} (such as http://127.0.0.1:8000)") from None
     try:
         name = check_ready(url, served_model, timeout_s=timeout_s)
     except Exception as exc:
@@ -51,7 +56,23 @@ def attach(endpoint: str, served_model: str | None, timeout_s: float = 120.0) ->
         {"model": name, "prompt": "Hi", "max_tokens": 1, "ignore_eos": True},
         timeout_s,
     )
-    return AttachedServer(base_url=url, served_model=name, ignore_eos=status == 200)
+    return AttachedServer(
+        base_url=url, served_model=name, ignore_eos=status == 200, root=model_root(url, name)
+    )
+
+
+def model_root(url: str, name: str) -> str | None:
+    """Where the server says the model it serves as ``name`` comes from (vLLM lists a model's
+    folder or hub id as ``root`` in /v1/models), or None."""
+    try:
+        status, body = request("GET", url + "/v1/models")
+        models = json.loads(body).get("data", []) if status == 200 else []
+    except (OSError, ValueError, AttributeError):
+        return None
+    for m in models:
+        if isinstance(m, dict) and m.get("id") == name and isinstance(m.get("root"), str):
+            return str(m["root"])
+    return None
 
 
 class EndpointEngine:

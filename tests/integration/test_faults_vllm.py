@@ -1,0 +1,106 @@
+"""Engine faults on a real vLLM with the embedded default, as the tuner's engine layer meets them.
+
+Three faults, each on a real vLLM started from the tuner's own launch builder (the CI space,
+eager mode): it exits at start-up (a value vLLM refuses), it does not become ready within the
+start-up timeout (a hang, as the tuner sees one), and it dies mid-measurement (its API server
+SIGKILLed while a load point runs). Each must end as the engine error the trial records, and
+leave no process of the engine's session behind (found by the run marker in the environment,
+which vLLM's renamed engine-core children inherit; never by name). The same faults at the level
+of a whole tuning run are in tests/unit/test_faults.py, on the fake engine.
+"""
+
+from __future__ import annotations
+
+import secrets
+import threading
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from probes.client import LoadClient, run_load
+from probes.workload import parse_workload, prepare_requests
+from tuner.engines.base import EngineDied, EngineStartError, ServerProcess, free_port, raise_if_died
+from tuner.engines.lifetime import leftovers
+from tuner.engines.vllm import VLLMEngine
+from tuner.hardware import detect_hardware, template_context
+from tuner.launch import launch_settings
+from tuner.models import resolve_model
+from tuner.space import load_space
+
+pytestmark = pytest.mark.integration
+ROOT = Path(__file__).resolve().parents[2]
+CI_SPACE = ROOT / "tests" / "data" / "vllm-cpu-ci.yaml"
+
+
+def _server(tmp: Path, extra: list[str], timeout_s: float) -> tuple[ServerProcess, str]:
+    engine = VLLMEngine()
+    model = resolve_model("smollm2-135m").path
+    args, env = launch_settings(load_space(CI_SPACE), {}, template_context(detect_hardware()))
+    spec = engine.launch_spec(model, [*args, *extra], env, free_port())
+    run_id = f"fault-{secrets.token_hex(3)}"
+    srv = ServerProcess(
+        spec,
+        tmp / "server.log",
+        startup_timeout_s=timeout_s,
+        classify=engine.classify_failure,
+        run_id=run_id,
+    )
+    return srv, run_id
+
+
+def _gone(run_id: str, within_s: float = 30.0) -> bool:
+    deadline = time.monotonic() + within_s
+    while leftovers(run_id) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    return not leftovers(run_id)
+
+
+@pytest.mark.timeout(300)
+def test_real_vllm_exiting_at_start_up_is_a_start_error_and_leaves_nothing(
+    tmp_path: Path,
+) -> None:
+    # Longer than the model's 8,192 positions: vLLM refuses it while it starts.
+    srv, run_id = _server(tmp_path, ["--max-model-len", "10000000"], timeout_s=240)
+    with pytest.raises(EngineStartError) as err, srv:
+        srv.wait_ready()
+    assert not isinstance(err.value, EngineDied) and "exit code" in str(err.value)
+    assert "max_model_len" in (tmp_path / "server.log").read_text()  # vLLM's own reason
+    assert _gone(run_id), "processes of the engine's session were left"
+
+
+@pytest.mark.timeout(300)
+def test_real_vllm_not_ready_within_the_start_up_timeout_is_stopped(tmp_path: Path) -> None:
+    srv, run_id = _server(tmp_path, [], timeout_s=6)  # vLLM takes far longer to start here
+    with pytest.raises(EngineStartError, match="start-up timeout") as err, srv:
+        srv.wait_ready()
+    assert not isinstance(err.value, EngineDied)
+    assert _gone(run_id), "processes of the engine's session were left"
+
+
+@pytest.mark.timeout(400)
+def test_real_vllm_dying_mid_measurement_is_seen_and_leaves_nothing(tmp_path: Path) -> None:
+    srv, run_id = _server(tmp_path, [], timeout_s=300)
+    model = resolve_model("smollm2-135m").path
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(model)
+    reqs = prepare_requests(
+        parse_workload("synthetic:input=64,output=64"), 60, model=model, tokenizer=tok, seed=1
+    )
+    with srv:
+        srv.wait_ready(served_model=model)
+        assert srv.died() is None
+        assert srv.proc is not None
+        (vllm,) = psutil.Process(srv.proc.pid).children()  # the supervisor's one child
+        killer = threading.Timer(3.0, vllm.kill)  # SIGKILL of vLLM's API server, mid-point
+        killer.start()
+        try:
+            res = run_load(LoadClient(srv.base_url, timeout_s=60), reqs, concurrency=4)
+        finally:
+            killer.cancel()
+        assert any(not r.ok for r in res.records)  # the point saw the engine go
+        with pytest.raises(EngineDied):
+            raise_if_died(srv, "while measured", failures=True)
+    assert _gone(run_id), "processes of the engine's session were left"

@@ -1,0 +1,116 @@
+"""report.json and report.md, assembled from the run's state and written atomically.
+
+The state is what the store holds (every finished trial is checkpointed before the next
+starts; a resumed run restores it from there), so an interrupted, resumed run assembles the
+same report as an uninterrupted one, timings aside.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any, Literal
+
+from probes.exactness import Exactness
+from probes.workload import SyntheticWorkload
+from tuner.report import Report, SLOReport, Timing, dump_json, write_atomic
+from tuner.state import RunState
+
+RunStatus = Literal["complete", "interrupted", "failed"]
+
+
+def report_exactness(st: RunState) -> Exactness | None:
+    """The recommended configuration's exactness check, or, where the recommendation has no
+    speculative decoding, the best speculative configuration's (with why it lost)."""
+    if st.recommended is not None:
+        rec = next((t for t in st.trials if t.number == st.recommended.from_trial), None)
+        if rec is not None and rec.exactness is not None:
+            return rec.exactness
+    spec = [t for t in st.trials if t.exactness is not None]
+    if not spec:
+        return None
+    top = max(spec, key=lambda t: (t.status == "ok", t.score_tokens_per_s or 0.0))
+    assert top.exactness is not None
+    why = top.rejected or (
+        f"{top.status}: {top.error}" if top.error else "it was not the fastest configuration"
+    )
+    return top.exactness.model_copy(
+        update={"reason": f"trial {top.number}, not recommended: {why}. {top.exactness.reason}"}
+    )
+
+
+def _workload(st: RunState) -> dict[str, Any]:
+    wl = st.opts.workload
+    if isinstance(wl, SyntheticWorkload):
+        return {
+            "kind": "synthetic",
+            "input_len": wl.input_len,
+            "output_len": wl.output_len,
+            "spread": wl.spread,
+            "spec": wl.label,
+        }
+    return {"kind": "file", "path": wl.path, "n_items": len(wl.items)}
+
+
+def assemble(
+    st: RunState, status: RunStatus, error: str | None, endpoint: str | None = None
+) -> Report:
+    """The report of the run as it stands."""
+    opts, c = st.opts, st.clock
+    wall = c.elapsed()
+    return Report(
+        run_id=st.run_id,
+        status=status,
+        created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        command=opts.command,
+        model=opts.model or st.model_path,
+        model_path=st.model_path,
+        engine=st.engine.name,
+        engine_version=st.engine.version(),
+        endpoint=endpoint,
+        hardware=st.hw,
+        workload=_workload(st),
+        load={"model": st.axis.kind, "unit": st.axis.unit},
+        salt=st.salt,
+        slo=[
+            SLOReport(metric=s.metric, percentile=s.percentile, limit_ms=s.limit_ms)
+            for s in opts.slos.latency
+        ],
+        quality_slo={"max_degradation_pct": st.quality_limit, "default": opts.slos.quality is None},
+        max_error_rate=opts.max_error_rate,
+        options=opts.model_dump(
+            mode="json", exclude={"slos", "workload", "command", "model", "engine"}
+        ),
+        probe=st.diagnosis,
+        knob_defaults={k.name: k.default for k in st.space.knobs().values()} if st.space else {},
+        baseline=st.baseline,
+        baseline_note=(st.space.baseline.reason if st.space else "") or "the engine's own defaults",
+        trials=st.trials,
+        stages=st.stage_reports,
+        recommended=st.recommended,
+        baseline_confirmation=st.baseline_confirmed,
+        comparisons=st.comparisons,
+        exactness=report_exactness(st),
+        timing=Timing(
+            wall_s=wall,
+            engine_starts=c.engine_starts,
+            startup_s=c.startup_s,
+            warmup_s=c.warmup_s,
+            measure_s=c.measure_s,
+            other_s=max(0.0, wall - c.startup_s - c.warmup_s - c.measure_s),
+        ),
+        notes=st.notes,
+        error=error,
+    )
+
+
+def write_report(
+    st: RunState, status: RunStatus, error: str | None, endpoint: str | None = None
+) -> Report:
+    """Assemble the report and write report.json and report.md into the run folder."""
+    from tuner.render import render_markdown
+
+    report = assemble(st, status, error, endpoint)
+    st.out.mkdir(parents=True, exist_ok=True)
+    write_atomic(st.out / "report.json", dump_json(report))
+    write_atomic(st.out / "report.md", render_markdown(report).encode())
+    return report

@@ -1,0 +1,285 @@
+"""Confirmation and the recommendation: what the run tells the user to launch, at what load.
+
+``confirm_on`` confirms a configuration on a running server with tuner/confirm.py's pure
+logic (the estimated capacity less the headroom, the full sample the SLO percentile needs,
+refined within the budget); the baseline is confirmed this way right after its search.
+``recommend`` starts the search's best configuration again from its launch command, confirms
+it, and sets the run's recommendation, with its gain over the confirmed baseline computed
+only confirmed over confirmed.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from probes.metrics import LoadMetrics
+from tuner import sizing, stop
+from tuner.confirm import ConfirmResult, Try, confirm, target_load, weaker_than
+from tuner.engines.base import EngineDied, EngineStartError, RunningServer, raise_if_died
+from tuner.estimate import Samples, estimate
+from tuner.measure import point_line, write_records
+from tuner.report import ConfirmTry, Recommendation, TrialReport
+from tuner.scoring import describe
+from tuner.state import RunState
+
+if TYPE_CHECKING:
+    from tuner.trial import Evaluator
+
+
+def confirm_on(
+    st: RunState,
+    ev: Evaluator,
+    server: RunningServer,
+    trial: TrialReport,
+    cdir: Path,
+    label: str,
+    *,
+    baseline: bool = False,
+) -> Recommendation | None:
+    """Confirm a configuration on a running server (tuner/confirm.py): its load with headroom,
+    the full sample, refined within the budget. The baseline's confirmation keeps the time one
+    trial and the final confirmation need, and has two tries at most under a budget. None when
+    the budget has no room for even one full-size try."""
+    assert st.measurer is not None
+    measurer, axis, opts = st.measurer, st.axis, st.opts
+    rps = trial.metrics.requests_per_s if trial.metrics else 1.0
+    e2e_s = (trial.metrics.e2e_ms.p50 or 0.0) / 1000.0 if trial.metrics else 0.0
+    # Open loop: a margin in load too (tuner/confirm.py says why); closed loop: latency's.
+    margin = opts.load_margin if axis.kind == "rate" else 0.0
+    points = st.samples.get(trial.number, [])
+    first = target_load(points, st.cons, axis, opts.headroom, margin)
+    budgeted = opts.time_budget_s is not None
+    reserve = sizing.trial_min_s(st) + sizing.confirm_estimate_s(st) if baseline else 0.0
+
+    def n_for(x: float) -> int:
+        left = st.budget.left(10.0 + reserve)
+        return sizing.n_confirm_fit(st, x, rps, left if math.isfinite(left) else None)
+
+    def try_s(x: float) -> float:
+        """About how long one try takes: its arrivals (or its requests at the measured rate),
+        then the last ones' lifetime."""
+        per_s = x if axis.kind == "rate" else rps
+        return n_for(x) / max(per_s, 1e-3) + e2e_s
+
+    if budgeted and baseline and not st.budget.fits(try_s(first), reserve):
+        st.notes.append(
+            f"the time budget left no room to confirm the baseline (about {try_s(first):.0f} s "
+            "for one try): its figure is the search estimate, and no gain is divided across a "
+            "confirmed and an unconfirmed figure"
+        )
+        st.say(f"{label}: skipped (time budget)")
+        return None
+    cdir.mkdir(parents=True, exist_ok=True)
+
+    def measure(x: float) -> Try:
+        n = n_for(x)
+        if n < sizing.n_confirm(st, x):
+            st.notes.append(
+                f"{label}: the time budget allowed {n} requests at {axis.label(x)}, fewer than "
+                f"the {sizing.n_confirm(st, x)} the SLO percentile needs: provisional"
+            )
+        m = measurer.measure(server, x, n, st.model_path)
+        j = measurer.judge(m)
+        write_records(cdir / f"{axis.slug(x)}.jsonl", m.records)
+        st.say(f"{label}: {axis.label(x):<10} {point_line(m.metrics, j.verdict)}")
+        raise_if_died(server, f"during its confirmation at {axis.label(x)}", m.metrics.n_failed > 0)
+        stop.check()
+        window = measurer.score_window(x, len(m.records), m.metrics)
+        return Try(x, Samples.from_records(x, j.records, window), j.verdict, m.metrics)
+
+    def may_try(x: float) -> str | None:
+        need = try_s(x)
+        if not st.budget.fits(need, reserve):
+            return f"time budget: another try at {axis.label(x)} needs about {need:.0f} s"
+        return None
+
+    where = f"latency at {1 - opts.headroom:.0%} of its limit by the fit" + (
+        f", at most {1 - margin:.0%} of the capacity" if margin else ""
+    )
+    st.say(
+        f"{label}: trial {trial.number} at {axis.label(first)} ({where}) with "
+        f"{n_for(first)} requests"
+    )
+    res = confirm(
+        measure,
+        search_points=points,
+        cons=st.cons,
+        axis=axis,
+        headroom=opts.headroom,
+        max_tries=2 if baseline and budgeted else 3,
+        may_try=may_try,
+        start=first,
+        load_margin=margin,
+    )
+    rec = _recommendation(st, trial, res, label)
+    if baseline and res.tries:
+        # The search compares every trial with the baseline: from here on, with an estimate
+        # that has the full-size tries in it too (short open-loop points are optimistic).
+        for t in res.tries:
+            st.add_samples(trial.number, t.samples)
+        est = ev.rescore(trial, "its confirmation")
+        if est is not None and trial.status == "ok" and est.censored != "below":
+            st.say(f"trial {trial.number}: with its confirmation, {describe(est, axis)}")
+    return rec
+
+
+def _recommendation(
+    st: RunState, trial: TrialReport, res: ConfirmResult, label: str
+) -> Recommendation | None:
+    pick = res.best_effort
+    if pick is None:
+        return None
+    axis, headroom = st.axis, st.opts.headroom
+    m = pick.metrics
+    assert isinstance(m, LoadMetrics)
+    m.quality = trial.quality
+    met = res.chosen is not None
+    if not met:
+        st.notes.append(
+            f"{label}: "
+            + (
+                f"the SLOs held at {axis.label(pick.load)}, but not with the {headroom:.0%} "
+                "headroom and the full sample asked for"
+                if pick.verdict.holds
+                else f"no confirmation try met the SLOs ({len(res.tries)} tried; {res.stopped})"
+            )
+        )
+    searched = st.samples.get(trial.number, [])
+    new = [t.samples for t in res.tries if all(t.samples is not p for p in searched)]
+    capacity = estimate([*searched, *new], st.cons, seed=st.opts.seed + trial.number)
+    return Recommendation(
+        params=trial.params,
+        env=trial.env,
+        launch_command=trial.launch_command if st.launches else None,
+        load=st.load(pick.load),
+        achieved_load={
+            "concurrency": round(m.mean_in_flight, 2),
+            "requests_per_s": round(m.requests_per_s, 3),
+        },
+        metrics=m,
+        verdict=pick.verdict,
+        meets_slo=met,
+        provisional=pick.verdict.provisional,
+        n_requests=m.n_requests,
+        from_trial=trial.number,
+        search_score_tokens_per_s=trial.score_tokens_per_s or 0.0,
+        sustained_output_tokens_per_s=(
+            pick.load * (m.mean_output_tokens or 0.0) * (1.0 - m.error_rate)
+            if axis.kind == "rate"
+            else m.output_tokens_per_s
+        ),
+        search_estimate=trial.estimate,
+        capacity=capacity,
+        tries=[
+            ConfirmTry(
+                load=st.load(t.load),
+                output_tokens_per_s=t.metrics.output_tokens_per_s,
+                worst_margin=t.verdict.worst_margin,
+                provisional=t.verdict.provisional,
+                meets=t.meets(headroom),
+                n_requests=t.metrics.n_requests,
+            )
+            for t in res.tries
+        ],
+        gain_vs_baseline=None,
+        confirmation="",
+    )
+
+
+def _baseline_recommended(base: Recommendation, why: str) -> Recommendation:
+    out = base.model_copy()
+    out.gain_vs_baseline, out.gain_basis = 1.0, "the baseline is the recommendation"
+    out.confirmation = (
+        f"the baseline's own fresh start from its launch command, confirmed after its search{why}"
+    )
+    return out
+
+
+def recommend(st: RunState, ev: Evaluator) -> None:
+    """Confirm the search's best configuration on a fresh start; set ``st.recommended``."""
+    axis = st.axis
+    best = st.best()
+    if best is None or best.load is None:
+        st.say("no configuration met the SLOs at any load: nothing to recommend")
+        st.notes.append("no configuration met the SLOs; loosen the SLOs or the workload")
+        return
+    base = st.baseline_confirmed
+    if best.number == 0 and base is not None:
+        # Nothing beat the baseline, and it was confirmed on its own fresh start already.
+        tries = ", ".join(axis.label(float(t.load[axis.key])) for t in base.tries)
+        st.recommended = _baseline_recommended(base, f": {tries}")
+        return
+    spec = ev.target.relaunch(best)
+    cdir = st.out / "confirmation"
+    cdir.mkdir(parents=True, exist_ok=True)
+    assert st.measurer is not None
+    try:
+        with ev.target.server(spec, cdir / "server.log") as server:
+            st.measurer.warmup(server, axis.floor(st.load_of(best) or 1.0), st.model_path)
+            rec = confirm_on(st, ev, server, best, cdir, "confirmation")
+    except EngineStartError as exc:
+        what = "the engine died" if isinstance(exc, EngineDied) else "failed to start"
+        st.notes.append(f"confirmation: {what}: {exc}; nothing is recommended")
+        st.say(f"confirmation: {what}: {exc}")
+        return
+    if rec is None:
+        return
+    if base is not None and weaker_than(rec, base):
+        # Measured the same way (full sample, fresh start, the headroom), the baseline's claim
+        # is the stronger: recommend it, and say what the winner confirmed.
+        st.notes.append(
+            f"trial {rec.from_trial} led the search, but its confirmation "
+            f"({rec.metrics.output_tokens_per_s:.0f} output tokens/s at "
+            f"{axis.label(float(rec.load[axis.key]))}) came out below the baseline's "
+            f"({base.metrics.output_tokens_per_s:.0f} at "
+            f"{axis.label(float(base.load[axis.key]))}): the baseline is recommended"
+        )
+        st.say(f"confirmation: below the confirmed baseline; {st.notes[-1]}")
+        st.recommended = _baseline_recommended(
+            base, f"; trial {rec.from_trial}'s confirmation came out lower"
+        )
+        return
+    loads = ", ".join(axis.label(float(t.load[axis.key])) for t in rec.tries)
+    rec.confirmation = (
+        f"engine restarted from launch_command, warmed up, then {len(rec.tries)} full-size "
+        f"tries ({loads}); the claim is the highest that met every SLO"
+        if spec
+        else "the running endpoint (not restarted: autotune does not manage it), warmed up, "
+        f"then {rec.n_requests} requests"
+    )
+    _set_gain(st, rec, base, best)
+    st.recommended = rec
+
+
+def _set_gain(
+    st: RunState, rec: Recommendation, base: Recommendation | None, best: TrialReport
+) -> None:
+    """The headline gain, confirmed over confirmed only (else why it is not given)."""
+    need = st.opts.confirm_requests or st.opts.slos.requests_needed
+    if base is not None and min(rec.n_requests, base.n_requests) < need:
+        # A figure from fewer requests than the percentile needs (the budget cut it) has a
+        # window mostly of ramp-up and drain: no ratio of it means anything.
+        short = "the recommendation's" if rec.n_requests < need else "the baseline's"
+        rec.gain_basis = (
+            f"not computed: {short} confirmation had fewer requests than the SLO percentile "
+            "needs; compare the search estimates (trials[].estimate) instead"
+        )
+    elif base is not None and base.metrics.output_tokens_per_s > 0:
+        rec.gain_vs_baseline = rec.metrics.output_tokens_per_s / base.metrics.output_tokens_per_s
+        met = [name for name, r in (("it", rec), ("the baseline", base)) if not r.meets_slo]
+        rec.gain_basis = "confirmed over confirmed" + (
+            f" (full-size measurements; {' and '.join(met)} did not meet every SLO with the "
+            "headroom)"
+            if met
+            else " (both full-sample, with the headroom)"
+        )
+    elif best.number == 0:
+        rec.gain_vs_baseline = 1.0
+        rec.gain_basis = "the baseline is the recommendation"
+    else:
+        rec.gain_basis = (
+            "not computed: the baseline was not confirmed; compare the search estimates "
+            "(trials[].estimate) with each other instead"
+        )

@@ -1,0 +1,400 @@
+"""One configuration measured: start it, gate it, find its capacity, stop it.
+
+``Evaluator.evaluate`` turns (number, stage, params) into a finished ``TrialReport``, written
+to ``trials/NNN/trial.json`` and checkpointed (tuner/checkpoint.py) before it returns. This is
+the one writer of trial records: the side-by-side repeat and the confirmations add points
+through ``point`` and change a score only through ``rescore``.
+
+On a ready engine: the quality gate (a quantisation stage's configuration), warm-up, for the
+baseline the probe and the gates' references, the capacity search (tuner/capacity.py over the
+estimate of tuner/estimate.py), the baseline's confirmation, the exactness check, and where
+two configurations are too close to call, both measured again side by side.
+"""
+
+from __future__ import annotations
+
+import time
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from probes.diagnose import run_diagnosis
+from probes.exactness import Exactness, describe
+from probes.quality import Quality, QualityError
+from tuner import checkpoint, recommend, side_by_side, sizing, stop
+from tuner.capacity import PointOutcome, find_capacity
+from tuner.engines.base import EngineDied, EngineStartError, RunningServer, raise_if_died
+from tuner.estimate import CapacityEstimate, Samples
+from tuner.gates import rejection
+from tuner.measure import point_line, write_records
+from tuner.report import PointReport, TrialReport, dump_json, write_atomic
+from tuner.scoring import abandon_reason, under_capacity
+from tuner.scoring import describe as describe_estimate
+from tuner.space import found_in_log
+from tuner.state import RunState
+from tuner.target import Target
+
+
+class Evaluator:
+    """Measures configurations on the run's target into the run's state."""
+
+    def __init__(self, st: RunState, target: Target) -> None:
+        self.st = st
+        self.target = target
+
+    # ------------------------------------------------------------ a whole trial
+    def evaluate(self, number: int, stage: str, params: dict[str, Any]) -> TrialReport:
+        """Start one configuration, find its capacity, stop it. Never raises for engine
+        trouble. Resumed, a trial that finished before comes back from its checkpoint."""
+        st = self.st
+        if st.replay is not None and (cp := st.replay.take(number, stage, params)):
+            trial = checkpoint.restore(st, cp)
+            where = f"; {trial.error}" if trial.error else ""
+            st.say(f"trial {number}: {trial.status}, as measured before the resume{where}")
+            return trial
+        stop.check()
+        baseline = stage == "baseline"
+        spec = self.target.spec(params, baseline)
+        tdir = st.trial_dir(number)
+        tdir.mkdir(parents=True, exist_ok=True)
+        label = "baseline" if baseline else f"trial {number} ({stage})"
+        if not st.launches:
+            label = "endpoint"
+        trial = TrialReport(
+            number=number,
+            stage=stage,
+            params=params,
+            args=spec.argv[spec.argv.index("--port") + 2 :] if spec else [],
+            env=spec.env if spec else {},
+            launch_command=spec.argv if spec else [],
+            status="failed",
+            log_file=str(tdir / "server.log") if spec else None,
+        )
+        t_start = time.monotonic()
+        shown = " ".join(f"{k}={v}" for k, v in params.items()) or "engine defaults"
+        if spec is not None:
+            st.say(f"{label}: starting {st.engine.name} with {shown}")
+        best = st.best()
+        try:
+            with self.target.server(spec, tdir / "server.log") as server:
+                trial.startup_s = server.startup_s if spec else None
+                if spec:
+                    st.say(f"{label}: ready in {server.startup_s or 0:.0f} s")
+                if why := self._no_effect(params, tdir / "server.log"):
+                    trial.status, trial.error = "no_effect", why
+                    st.say(f"{label}: not measured: {why}")
+                else:
+                    self._measure(server, trial, tdir, label, best)
+        except EngineDied as exc:
+            trial.status, trial.error = "failed", f"the engine died: {exc}"
+            trial.score_tokens_per_s, trial.load = None, None
+            st.say(f"{label}: failed: {trial.error}")
+        except EngineStartError as exc:
+            trial.status, trial.error = "failed", str(exc)
+            st.say(f"{label}: failed to start: {exc}")
+        trial.wall_s = time.monotonic() - t_start
+        self.save(trial)
+        checkpoint.save(st, trial)
+        return trial
+
+    def save(self, trial: TrialReport) -> None:
+        """The trial's record as it stands, in its folder (atomically)."""
+        write_atomic(self.st.trial_dir(trial.number) / "trial.json", dump_json(trial))
+
+    def _measure(
+        self,
+        server: RunningServer,
+        trial: TrialReport,
+        tdir: Path,
+        label: str,
+        best: TrialReport | None,
+    ) -> None:
+        """On a ready engine: the quality gate, warm-up, the baseline's probe and references,
+        the capacity search, then the exactness check."""
+        st = self.st
+        assert st.measurer is not None
+        baseline = trial.stage == "baseline"
+        start = self.start_load(best)
+        quantised = not baseline and st.space and st.space.changed("quantisation", trial.params)
+        # Before the warm-up, so that a configuration too slow to time still gets its quality
+        # figure (bounded by tuner.gates.QUALITY_BUDGET_S).
+        if quantised and not self._quality(server, trial, label):
+            return
+        trial.warmup_s = st.measurer.warmup(server, start, st.model_path)
+        if baseline:
+            if st.opts.probe:
+                self._diagnose(server)
+            if st.wants("quantisation"):
+                self._baseline_quality(server)
+            start = self.start_load(None)
+        elif best is not None and best.warmup_s and trial.warmup_s > 3 * best.warmup_s + 20:
+            trial.status, trial.error = (
+                "abandoned",
+                f"warm-up took {trial.warmup_s:.0f} s against {best.warmup_s:.0f} s for the best "
+                "configuration at the same load: far slower",
+            )
+            st.say(f"{label}: abandoned: {trial.error}")
+            return
+
+        def abandon(points: list[PointOutcome]) -> str | None:
+            if best is None:
+                return None
+            est = st.estimate(trial.number)
+            return abandon_reason(est, best.estimate, best.number, len(points), st.opts.tie_band)
+
+        cap = find_capacity(
+            lambda x: self.point(server, trial, x, sizing.n_search(st, x, trial), label),
+            start=start,
+            axis=st.axis,
+            abandon=None if baseline else abandon,
+            max_points=7 if st.launches else max(1, st.opts.trials),
+            should_stop=partial(sizing.points_time_left, st, trial),
+        )
+        self._score(trial, cap.abandoned)
+        if baseline and trial.status == "ok" and st.opts.confirm_baseline and st.launches:
+            st.baseline_confirmed = recommend.confirm_on(
+                st, self, server, trial, tdir, "baseline confirmation", baseline=True
+            )
+        if trial.quality is not None:
+            if trial.metrics is not None:
+                trial.metrics.quality = trial.quality
+            if not trial.quality.holds:
+                trial.rejected = (
+                    f"quality: {trial.quality.metric} degraded {trial.quality.degradation_pct:.2f} "
+                    f"% against the baseline, over the {st.quality_limit:g} % allowed"
+                )
+        if trial.status in ("ok", "abandoned", "infeasible"):
+            # Also where it lost on speed: whether speculation changed outputs is a finding.
+            self._exactness(server, trial, tdir, label, best)
+        if trial.rejected:
+            st.say(f"{label}: not recommendable: {trial.rejected}")
+        elif trial.status == "ok" and best is not None:
+            side_by_side.repeat(st, self, server, trial, best)
+
+    def start_load(self, best: TrialReport | None) -> float:
+        """Where a capacity search starts: the best configuration's capacity (so two are
+        compared at the same load first); for the first, the start option, or under the rate
+        model what the probe's load point sustained."""
+        st = self.st
+        if best is not None and (x := st.load_of(best)) is not None:
+            return st.axis.floor(x)
+        if st.axis.kind == "concurrency":
+            return float(st.opts.start_concurrency)
+        if st.opts.start_rate_rps is not None:
+            return st.opts.start_rate_rps
+        d = st.diagnosis
+        if d is not None and d.load_metrics is not None and d.load_metrics.requests_per_s > 0:
+            return st.axis.floor(d.load_metrics.requests_per_s)
+        return 1.0
+
+    # ------------------------------------------------------------ one load point
+    def point(
+        self,
+        server: RunningServer,
+        trial: TrialReport,
+        x: float,
+        n: int,
+        label: str,
+        beside: bool = False,
+    ) -> PointOutcome:
+        """Measure one load point of a trial; its records, samples and summary are kept.
+
+        Raises:
+            EngineDied: the engine exited during the point (after it is written down)."""
+        st = self.st
+        assert st.measurer is not None
+        tdir = st.trial_dir(trial.number)
+        m = st.measurer.measure(server, x, n, st.model_path)
+        metrics = m.metrics
+        j = st.measurer.judge(m)
+        rfile = tdir / f"{st.axis.slug(x)}-{len(trial.points)}.jsonl"
+        write_records(rfile, m.records)
+        window = st.measurer.score_window(x, len(m.records), metrics)
+        st.add_samples(trial.number, Samples.from_records(x, j.records, window))
+        trial.points.append(
+            PointReport(
+                load=st.load(x),
+                metrics=metrics,
+                verdict=j.verdict,
+                records_file=str(rfile),
+                server=m.server,
+                side_by_side=beside,
+            )
+        )
+        self.save(trial)
+        st.say(f"{label}: {st.axis.label(x):<10} {point_line(metrics, j.verdict)}")
+        raise_if_died(server, f"while measured at {st.axis.label(x)}", metrics.n_failed > 0)
+        stop.check()  # a first Ctrl-C stops here, with this point written
+        return PointOutcome(x, j.verdict.holds, j.verdict.worst_margin, metrics.output_tokens_per_s)
+
+    # ------------------------------------------------------------ scores
+    def _score(self, trial: TrialReport, abandoned: str | None) -> None:
+        """The trial's status and score from the estimate over all its points."""
+        st = self.st
+        est = self._apply_estimate(trial)
+        if abandoned:
+            trial.status, trial.error = "abandoned", abandoned
+        elif est is None or est.censored == "below":
+            trial.status = "infeasible"
+            low = min((st.point_load(p) for p in trial.points), default=None)
+            where = st.axis.label(low) if low is not None else "none"
+            trial.error = f"no load met the SLOs (lowest tried: {where})"
+        else:
+            trial.status = "ok"
+        if trial.status == "ok" and est is not None:
+            st.say(f"trial {trial.number}: capacity {describe_estimate(est, st.axis)}")
+        else:
+            trial.score_tokens_per_s, trial.load = None, None
+            if trial.points:  # no score; its last point's figures (acceptance included) stay
+                trial.metrics = trial.points[-1].metrics
+            st.say(f"trial {trial.number}: {trial.status}: {trial.error}")
+
+    def rescore(self, trial: TrialReport, after: str) -> CapacityEstimate | None:
+        """The estimate again, with points measured later (side by side, a confirmation); a
+        configuration none of whose loads holds any more has no score and is infeasible."""
+        est = self._apply_estimate(trial)
+        if trial.status == "ok" and trial.score_tokens_per_s is None:
+            trial.status = "infeasible"
+            trial.error = f"no load met the SLOs once measured again ({after})"
+            self.st.say(f"trial {trial.number}: infeasible: {trial.error}")
+        return est
+
+    def _apply_estimate(self, trial: TrialReport) -> CapacityEstimate | None:
+        """Score = output tokens/s at the estimated capacity; ``load`` = that capacity;
+        ``metrics`` = the measured point closest under it."""
+        st = self.st
+        est = trial.estimate = st.estimate(trial.number)
+        if est is None or est.censored == "below" or est.load is None:
+            trial.score_tokens_per_s, trial.load = None, None
+            return est
+        trial.score_tokens_per_s = est.tokens_per_s
+        trial.load = {st.axis.key: round(est.load, 3)}
+        if (p := under_capacity(trial.points, st.axis)) is not None:
+            trial.metrics = p.metrics
+        return est
+
+    # ------------------------------------------------------------ gates and probe
+    def _no_effect(self, params: dict[str, Any], log: Path) -> str | None:
+        """A chosen option the engine's log says did nothing (the space's ``no_effect_log``)."""
+        space = self.st.space
+        if space is None:
+            return None
+        text = log.read_text(encoding="utf-8", errors="replace") if log.exists() else ""
+        for choice, pattern in space.no_effect_patterns(params):
+            if line := found_in_log(pattern, text):
+                return f"{choice} had no effect: the server log says {line[-200:]!r}"
+        return None
+
+    def _quality(self, server: RunningServer, trial: TrialReport, label: str) -> bool:
+        """The quality gate's figure for this configuration; False: it could not be taken
+        (the trial failed)."""
+        st = self.st
+        try:
+            trial.quality = st.quality.check(server.base_url, server.served_model or st.model_path)
+        except QualityError as exc:
+            raise_if_died(server, "during its quality check")
+            trial.status, trial.error = "failed", f"quality could not be measured: {exc}"
+            st.say(f"{label}: {trial.error}")
+            return False
+        q = trial.quality
+        st.say(
+            f"{label}: quality {q.metric} {q.value:.4g} against {q.baseline_value:.4g} "
+            f"({q.degradation_pct:+.2f} %, limit {st.quality_limit:g} %)"
+        )
+        return True
+
+    def _baseline_quality(self, server: RunningServer) -> None:
+        """The quality gate's reference, on the baseline server (tuner/gates.py)."""
+        st = self.st
+        st.notes += st.quality.take_reference(server.base_url, server.served_model or st.model_path)
+        if isinstance(st.quality.ref, Quality):
+            st.say(f"quality reference: perplexity {st.quality.ref.value:.4g}")
+
+    def _exactness(
+        self,
+        server: RunningServer,
+        trial: TrialReport,
+        tdir: Path,
+        label: str,
+        best: TrialReport | None,
+    ) -> None:
+        """Greedy outputs at concurrency 1: kept as the reference by a configuration that may
+        be carried into the speculative stage, compared with that reference by one that uses
+        speculative decoding (tuner/gates.py)."""
+        st = self.st
+        if st.space is None or not st.wants("speculative"):
+            return
+        speculative = bool(st.space.changed("speculative", trial.params))
+        new_best = not trial.rejected and (
+            best is None or (trial.score_tokens_per_s or 0.0) > (best.score_tokens_per_s or 0.0)
+        )
+        if not speculative and not (new_best and trial.status == "ok"):
+            return
+        try:
+            outs = self._greedy(server, trial, tdir)
+        except QualityError as exc:
+            raise_if_died(server, "during its exactness check")
+            if speculative:
+                trial.exactness = Exactness(checked=False, reason=f"greedy outputs: {exc}")
+                trial.rejected = trial.rejected or f"exactness not checked: {exc}"
+            return
+        gate = st.exactness
+        if not speculative:
+            gate.keep(trial.number, outs)
+            return
+        trial.exactness = gate.compare(outs)
+        st.say(f"{label}: exactness: {describe(trial.exactness)}")
+        trial.rejected = trial.rejected or rejection(trial.exactness, st.opts.accept_divergence)
+
+    def _greedy(self, server: RunningServer, trial: TrialReport, tdir: Path) -> list[Any]:
+        """Greedy outputs at concurrency 1 on the exactness prompts, kept in the trial's folder.
+        Raises QualityError."""
+        outs = self.st.exactness.outputs(server.base_url, server.served_model or self.st.model_path)
+        write_atomic(tdir / "greedy.json", orjson.dumps([o.model_dump() for o in outs]))
+        return outs
+
+    def keep_reference(self, server: RunningServer, trial: TrialReport) -> None:
+        """Greedy outputs of a configuration that became the best after its own check (a
+        side-by-side repeat put it ahead), so that the speculative stage, which starts from
+        it, has its reference."""
+        st = self.st
+        if not st.wants("speculative") or trial.number in st.exactness.greedy:
+            return
+        if st.space is not None and st.space.changed("speculative", trial.params):
+            return
+        try:
+            st.exactness.keep(trial.number, self._greedy(server, trial, st.trial_dir(trial.number)))
+        except QualityError as exc:
+            raise_if_died(server, "during its exactness check")
+            st.notes.append(f"trial {trial.number}: no greedy outputs to check exactness by: {exc}")
+
+    def _diagnose(self, server: RunningServer) -> None:
+        """The probe, on the baseline server: where the time goes, which stages can pay off."""
+        st = self.st
+        assert st.client is not None
+        t0 = time.monotonic()
+        st.say("probe: measuring where the time goes on the baseline server")
+        st.client.base_url = server.base_url
+        try:
+            st.diagnosis = run_diagnosis(
+                st.client,
+                served_model=server.served_model or st.model_path,
+                tokenizer=st.tokenizer,
+                workload=st.opts.workload,
+                load_concurrency=st.opts.start_concurrency,
+                series=st.engine.series,
+                model_dir=st.model_path if Path(st.model_path).is_dir() else None,
+                llc_text=st.hw.l3_cache,
+                device=st.hw.device,
+                seed=st.fresh_seed(),
+                ignore_eos=self.target.ignore_eos,
+                progress=st.say,
+            )
+            st.say(f"probe: {st.diagnosis.verdict.summary}")
+        except Exception as exc:  # the probe informs the plan; the search can go on without it
+            st.notes.append(f"the probe failed ({type(exc).__name__}: {exc}); stages unplanned")
+            st.say(f"probe failed: {exc}")
+        st.probe_s = time.monotonic() - t0
+        st.clock.measure_s += st.probe_s
