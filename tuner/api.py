@@ -19,6 +19,7 @@ from tuner.models import ModelError
 from tuner.options import TuneOptions
 from tuner.report import Report
 from tuner.runner import Progress, Runner
+from tuner.shared import SharedError
 from tuner.space import SpaceError
 from tuner.store import FolderStore, StoreError
 
@@ -38,7 +39,14 @@ def tune(opts: TuneOptions, progress: Progress | None = None) -> tuple[Report, P
     try:
         runner = Runner(opts, progress) if progress else Runner(opts)
         report = runner.run()
-    except (ModelError, UnknownEngineError, SpaceError, EndpointError, WorkloadError) as exc:
+    except (
+        ModelError,
+        UnknownEngineError,
+        SpaceError,
+        EndpointError,
+        WorkloadError,
+        SharedError,
+    ) as exc:
         raise UserError(str(exc)) from exc
     return report, runner.out
 
@@ -60,6 +68,12 @@ def resume(run_dir: Path, progress: Progress | None = None) -> tuple[Report, Pat
         raise UserError(str(exc)) from exc
     if meta.done:
         raise UserError(f"run {meta.run_id} is complete: nothing to resume ({run_dir})")
+    if meta.options.get("study"):
+        raise UserError(
+            f"run {meta.run_id} was a worker of shared study {meta.options['study']}: its "
+            "trials are in the shared storage; start a worker again with --storage URL --study "
+            "NAME instead"
+        )
     try:
         opts = TuneOptions.model_validate(meta.options)
     except ValidationError as exc:
@@ -79,3 +93,30 @@ def resume(run_dir: Path, progress: Progress | None = None) -> tuple[Report, Pat
     ) as exc:
         raise UserError(str(exc)) from exc
     return report, runner.out
+
+
+def shared_report(storage: str, study: str, out_dir: Path) -> tuple[Report, Path]:
+    """The report of a shared study (``autotune report --storage URL --study NAME``), as its
+    confirming worker assembled it, written to ``out_dir``.
+
+    Raises:
+        UserError: the storage cannot be opened, or the study has no confirmation yet.
+    """
+    from tuner.assemble import write_files
+    from tuner.shared import SharedStudy
+
+    try:
+        shared = SharedStudy(storage, study)
+    except SharedError as exc:
+        raise UserError(str(exc)) from exc
+    doc = shared.result("confirm")
+    if doc is None:
+        n = len(shared.records())
+        raise UserError(
+            f"study {study}: {n} trials finished, no confirmation yet (the workers are still "
+            "at it, or stopped before it)"
+        )
+    report = Report.model_validate(doc["report"])
+    folder = out_dir / study
+    write_files(report, folder)
+    return report, folder

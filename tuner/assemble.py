@@ -8,6 +8,7 @@ same report as an uninterrupted one, timings aside.
 from __future__ import annotations
 
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any, Literal
 
 from probes.exactness import Exactness
@@ -107,10 +108,15 @@ def write_report(
     st: RunState, status: RunStatus, error: str | None, endpoint: str | None = None
 ) -> Report:
     """Assemble the report and write report.json and report.md into the run folder."""
+    report = assemble(st, status, error, endpoint)
+    write_files(report, st.out)
+    return report
+
+
+def write_files(report: Report, folder: Path) -> None:
+    """report.json and report.md in ``folder``, atomically."""
     from tuner.render import render_markdown
 
-    report = assemble(st, status, error, endpoint)
-    st.out.mkdir(parents=True, exist_ok=True)
-    write_atomic(st.out / "report.json", dump_json(report))
-    write_atomic(st.out / "report.md", render_markdown(report).encode())
-    return report
+    folder.mkdir(parents=True, exist_ok=True)
+    write_atomic(folder / "report.json", dump_json(report))
+    write_atomic(folder / "report.md", render_markdown(report).encode())

@@ -37,10 +37,17 @@ def _set_rng_state(rng: random.Random, state: list[Any]) -> None:
 
 
 def save(st: RunState, trial: TrialReport) -> Checkpoint:
+    """The state right after ``trial`` finished, in the store."""
+    cp = snapshot(st, trial)
+    st.store.save_checkpoint(cp)
+    return cp
+
+
+def snapshot(st: RunState, trial: TrialReport) -> Checkpoint:
     """The state right after ``trial`` finished (``st.trials`` does not hold it yet)."""
     now = st.clock.now()
     b = st.budget
-    cp = Checkpoint(
+    return Checkpoint(
         number=trial.number,
         stage=trial.stage,
         params=trial.params,
@@ -65,8 +72,6 @@ def save(st: RunState, trial: TrialReport) -> Checkpoint:
         measure_s=st.clock.measure_s,
         engine_starts=st.clock.engine_starts,
     )
-    st.store.save_checkpoint(cp)
-    return cp
 
 
 def restore(st: RunState, cp: Checkpoint) -> TrialReport:

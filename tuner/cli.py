@@ -161,6 +161,16 @@ def tune_cmd(
             "the same configuration without it",
         ),
     ] = False,
+    storage: Annotated[
+        str | None,
+        typer.Option(
+            help="share one study between several autotune workers (one per GPU or machine) "
+            "through this database, e.g. postgresql+psycopg://user:password@host/db",
+        ),
+    ] = None,
+    study: Annotated[
+        str | None, typer.Option(help="with --storage: the shared study's name")
+    ] = None,
     resume: Annotated[
         Path | None,
         typer.Option(
@@ -236,7 +246,9 @@ def tune_cmd(
             endpoint=endpoint,
             served_model=served_model,
             tokenizer=tokenizer,
-            command=["autotune", *sys.argv[1:]],
+            storage=storage,
+            study=study,
+            command=["autotune", *sys.argv[1:]],  # a storage password is redacted
         )
     except ValidationError as exc:
         fail(problem(exc))
@@ -392,6 +404,22 @@ def probe_cmd(
 
         write_atomic(json_path, dump_json(result))
         typer.echo(f"probe: wrote {json_path}", err=True)
+
+
+@app.command("report")
+def report_cmd(
+    storage: Annotated[str, typer.Option(help="the shared study's database URL")],
+    study: Annotated[str, typer.Option(help="the shared study's name")],
+    output: Annotated[Path, typer.Option(help="folder for <study>/report.*")] = Path("results"),
+) -> None:
+    """Build the report of a study several workers shared (--storage, --study)."""
+    from tuner import api
+
+    try:
+        report, folder = api.shared_report(storage, study, output)
+    except api.UserError as exc:
+        fail(str(exc))
+    _finish(report, folder)
 
 
 def main() -> None:

@@ -29,6 +29,9 @@ from tuner.space import STAGE_ORDER
 SALT = re.compile(r"[0-9A-Za-z_-]{1,32}")
 STAGE_NAME = re.compile(r"[a-z][a-z0-9_-]*")
 URL = re.compile(r"^https?://[^/\s]+")
+PASSWORD_IN_URL = re.compile(r"(\b[A-Za-z][\w+.-]*://[^/:@\s]*):[^@/\s]*@")
+STORAGE_URL = re.compile(r"^(postgresql|mysql|sqlite)(\+\w+)?://")
+STUDY_NAME = re.compile(r"[0-9A-Za-z_-]{1,64}")
 
 
 class TuneOptions(BaseModel):
@@ -85,7 +88,19 @@ class TuneOptions(BaseModel):
     endpoint: str | None = None  # --engine endpoint: the running server's root URL
     served_model: str | None = None  # the model name it serves (default: the first it lists)
     tokenizer: str | None = None  # for synthetic prompts (default: the model / served name)
+    # Several workers on one study (tuner/shared.py): an SQLAlchemy URL and the study's name.
+    # The URL may hold a password: it is never written out (excluded from every dump).
+    storage: str | None = Field(None, exclude=True)
+    study: str | None = None
+    shared_heartbeat_s: int = Field(10, ge=1)  # a running trial's heartbeat, in a shared study
+    shared_grace_s: int = Field(40, ge=2)  # silent this long: failed, and queued again
     command: list[str] = []
+
+    @field_validator("command")
+    @classmethod
+    def _command(cls, v: list[str]) -> list[str]:
+        """The command line as the report keeps it: no password of a storage URL."""
+        return [redact(a) for a in v]
 
     @field_validator("salt")
     @classmethod
@@ -148,6 +163,25 @@ class TuneOptions(BaseModel):
         return v
 
     @model_validator(mode="after")
+    def _shared(self) -> TuneOptions:
+        if (self.storage is None) != (self.study is None):
+            raise ValueError("--storage and --study go together (the workers' shared study)")
+        if self.storage is not None:
+            if not STORAGE_URL.match(self.storage):
+                raise ValueError(
+                    "--storage must be a database URL such as "
+                    "postgresql+psycopg://user:password@host/db (or sqlite:///file.db on one "
+                    "machine)"
+                )
+            if self.study is not None and not STUDY_NAME.fullmatch(self.study):
+                raise ValueError(f"--study {self.study!r}: use 1-64 letters, digits, '-' or '_'")
+            if self.engine == "endpoint":
+                raise ValueError(
+                    "--storage shares a tuning of servers autotune starts, not of an endpoint"
+                )
+        return self
+
+    @model_validator(mode="after")
     def _target(self) -> TuneOptions:
         if self.engine == "endpoint":
             if not self.endpoint:
@@ -171,6 +205,11 @@ class TuneOptions(BaseModel):
         elif not self.model:
             raise ValueError("--model is required (try --model smollm2-135m)")
         return self
+
+
+def redact(text: str) -> str:
+    """``text`` with the password of any URL in it replaced by ***."""
+    return PASSWORD_IN_URL.sub(r"\1:***@", text)
 
 
 def looks_local(value: str) -> bool:

@@ -211,7 +211,13 @@ def recommend(st: RunState, ev: Evaluator) -> None:
         tries = ", ".join(axis.label(float(t.load[axis.key])) for t in base.tries)
         st.recommended = _baseline_recommended(base, f": {tries}")
         return
-    spec = ev.target.relaunch(best)
+    # Its own launch command; in a shared study built again from its settings here (another
+    # worker, maybe on another machine, measured it).
+    spec = (
+        ev.target.relaunch(best)
+        if st.shared is None
+        else ev.target.spec(best.params, best.number == 0)
+    )
     cdir = st.out / "confirmation"
     cdir.mkdir(parents=True, exist_ok=True)
     assert st.measurer is not None

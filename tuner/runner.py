@@ -33,8 +33,8 @@ from pathlib import Path
 
 from probes.client import LoadClient
 from probes.workload import Tokenizer
-from tuner import stages
-from tuner.assemble import RunStatus, write_report
+from tuner import stages, stop, worker
+from tuner.assemble import RunStatus, assemble, write_report
 from tuner.budget import Budget, PhaseTimes
 from tuner.capacity import LoadAxis
 from tuner.checkpoint import Replay
@@ -48,6 +48,7 @@ from tuner.measure import PointMeasurer
 from tuner.options import TuneOptions
 from tuner.recommend import recommend
 from tuner.report import Report
+from tuner.shared import SharedStudy, redact
 from tuner.state import RunState
 from tuner.store import FolderStore, RunMeta, lock_folder
 from tuner.target import AttachedTarget, make_target
@@ -160,7 +161,7 @@ class Runner:
         self.say(f"run {st.run_id}; results in {self.out}")
         try:
             stages.search(st, self.evaluator)
-            recommend(st, self.evaluator)
+            self._confirm()
             self._close_store()
         except KeyboardInterrupt:
             status = "interrupted"
@@ -174,6 +175,22 @@ class Runner:
             self._write(status, error)
             raise
         return self._write(status, error)
+
+    def _confirm(self) -> None:
+        """The recommendation: confirmed here, or, in a shared study, by the first worker to
+        get there (the others take its recommendation and report)."""
+        st = self.state
+        if st.shared is None:
+            recommend(st, self.evaluator)
+            return
+
+        def confirm() -> worker.Doc:
+            recommend(st, self.evaluator)
+            return worker.confirmation_doc(st, assemble(st, "complete", None))
+
+        doc, mine = st.shared.once("confirm", confirm, "the confirmation")
+        if not mine:
+            worker.take_confirmation(st, doc)
 
     def _write(self, status: RunStatus, error: str | None) -> Report:
         t = self.target
@@ -216,6 +233,16 @@ class Runner:
 
     def _prepare(self) -> None:
         st, opts = self.state, self.state.opts
+        if opts.storage is not None and opts.study is not None and st.shared is None:
+            st.shared = SharedStudy(  # connects now: a bad URL fails before any engine starts
+                opts.storage,
+                opts.study,
+                heartbeat_s=opts.shared_heartbeat_s,
+                grace_s=opts.shared_grace_s,
+                say=self.say,
+                wait=stop.check,
+            )
+            self.say(f"shared study {opts.study} on {redact(opts.storage)}")
         p = self.target.prepare(self.say)
         st.model_path, st.space, st.ctx, st.tokenizer = p.model_path, p.space, p.ctx, p.tokenizer
         st.notes += p.notes

@@ -29,6 +29,8 @@ def repeat(
     a, b = best.estimate, trial.estimate
     if not (st.opts.side_by_side and st.launches and a is not None and b is not None):
         return
+    if st.shared is not None:  # the best may have run on another worker's device
+        return
     if not too_close(a, b, st.opts.tie_band):
         return
     loads = sorted({st.axis.floor(x) for x in (st.load_of(best), st.load_of(trial)) if x})

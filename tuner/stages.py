@@ -9,15 +9,19 @@ stage reports. What Optuna is told of a trial (``outcome``) is decided here.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from tuner import sizing
+from tuner import sizing, worker
 from tuner.report import ContrastReport, StageReport, TrialReport
 from tuner.search import Outcome, StageResult, run_stage
 from tuner.space import STAGE_ORDER, Stage
 from tuner.state import RunState
 from tuner.trial import Evaluator
+
+if TYPE_CHECKING:
+    from tuner.shared import SharedStudy
 
 PlanRow = tuple[str, int | None, str, str | None]  # name, trials (None: skipped), why, expected
 
@@ -71,7 +75,19 @@ def search(st: RunState, ev: Evaluator) -> None:
     """The baseline, then the planned stages in order (see the module docstring)."""
     space = st.space
     assert space is not None
-    st.baseline = ev.evaluate(0, "baseline", {})
+    shared = st.shared
+    if shared is None:
+        st.baseline = ev.evaluate(0, "baseline", {})
+    else:
+
+        def measure_baseline() -> worker.Doc:
+            st.baseline = ev.evaluate(0, "baseline", {})
+            return worker.baseline_doc(st, st.baseline)
+
+        doc, mine = shared.once("baseline", measure_baseline, "the baseline")
+        if not mine:
+            worker.take_baseline(st, doc)
+            st.say("baseline: as measured by another worker of the shared study")
     if space.common.reason:
         st.notes.append(space.common.reason)
     carried: dict[str, Any] = {}
@@ -110,23 +126,37 @@ def search(st: RunState, ev: Evaluator) -> None:
             carried: dict[str, Any] = carried,
         ) -> Outcome:
             nonlocal number
-            t = ev.evaluate(number, stage_name, {**carried, **params})
+            if shared is None:
+                n, handle = number, None
+                number += 1
+            else:  # a number unique across the workers, and their trials so far
+                worker.take_trials(st, shared.records())
+                n, handle = shared.begin()
+            t = ev.evaluate(n, stage_name, {**carried, **params})
             st.trials.append(t)
-            numbers.append(number)
-            number += 1
+            numbers.append(n)
+            if shared is not None and handle is not None:
+                shared.publish(handle, worker.trial_doc(st, t))
             return outcome(t)
 
         st.say(f"stage {name}: up to {n_trials} configurations ({why})")
-        result: StageResult = run_stage(
+        measure_stage = partial(
+            run_stage,
             stage,
             evaluate,
-            storage=st.out / "optuna.journal",
-            n_trials=n_trials,
-            seed=st.opts.seed,
+            storage=shared.storage if shared else st.out / "optuna.journal",
+            study_name=shared.study_name(name) if shared else None,
+            # Each worker samples with a seed of its own: the same seed would propose the
+            # same configurations to every worker.
+            seed=st.opts.seed if shared is None else st.rng.getrandbits(31),
             known=known,
             should_stop=partial(sizing.time_left_reason, st, started=numbers),
             refuse=partial(_refuse, st, dict(carried)),
+            claim=shared.slots(name, n_trials) if shared else None,
         )
+        result: StageResult = measure_stage(n_trials=n_trials)
+        if shared is not None:
+            result = _settle(st, shared, name, result, numbers, measure_stage)
         spare = n_trials - result.started
         if before is not None:  # its current record (a resume restores new objects)
             before = next(t for t in st.measured() if t.number == before.number)
@@ -141,6 +171,36 @@ def search(st: RunState, ev: Evaluator) -> None:
         st.say(
             f"stage {name} done: {result.started} configurations, stopped: {result.stopped_because}"
         )
+
+
+def _settle(
+    st: RunState,
+    shared: SharedStudy,
+    name: str,
+    result: StageResult,
+    numbers: list[int],
+    measure_stage: Callable[..., StageResult],
+) -> StageResult:
+    """A shared stage ends when no worker measures any of its trials: a dead worker's trial is
+    taken over here while this worker's budget allows. Its result is then every worker's."""
+
+    def take_retry() -> bool:
+        if sizing.time_left_reason(st) is not None:
+            return False
+        more = measure_stage(n_trials=1)
+        result.refused += more.refused
+        return more.started > 0
+
+    shared.settle(name, take_retry)
+    worker.take_trials(st, shared.records())
+    numbers[:] = [t.number for t in st.trials if t.stage == name]
+    why = result.stopped_because or "the stage's trials are done"
+    return StageResult(
+        name,
+        started=len(numbers),
+        stopped_because=f"{why} (across the shared study's workers)",
+        refused=result.refused,
+    )
 
 
 def _stage_report(

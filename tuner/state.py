@@ -13,7 +13,7 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from probes.client import LoadClient
 from probes.diagnose import Diagnosis
@@ -31,6 +31,9 @@ from tuner.options import TuneOptions
 from tuner.report import PointReport, Recommendation, StageReport, TrialReport
 from tuner.space import SearchSpace, Stage
 from tuner.store import RunMeta, RunStore
+
+if TYPE_CHECKING:
+    from tuner.shared import SharedStudy
 
 Say = Callable[[str], None]
 
@@ -57,6 +60,7 @@ class RunState:
     exactness: ExactnessGate = field(default_factory=ExactnessGate)
     meta: RunMeta | None = None
     replay: Replay | None = None
+    shared: SharedStudy | None = None  # --storage: the study several workers share
     # Prepared:
     space: SearchSpace | None = None
     ctx: dict[str, Any] = field(default_factory=dict)
