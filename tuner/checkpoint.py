@@ -80,12 +80,7 @@ def restore(st: RunState, cp: Checkpoint) -> TrialReport:
     st.trials = list(cp.trials)
     st.stage_reports = list(cp.stage_reports)
     st.comparisons = list(cp.comparisons)
-    st.baseline_confirmed = cp.baseline_confirmed
-    st.notes = list(cp.notes)
-    st.diagnosis = cp.diagnosis
-    st.probe_s = cp.probe_s
-    st.quality.ref = cp.quality_ref
-    st.quality.ref_error = cp.quality_ref_error
+    restore_findings(st, cp)
     st.exactness.greedy = dict(cp.greedy)
     st.samples = {n: st.store.samples(n, k) for n, k in cp.samples.items()}
     _set_rng_state(st.rng, cp.rng_state)
@@ -100,6 +95,18 @@ def restore(st: RunState, cp: Checkpoint) -> TrialReport:
     c.startup_s, c.warmup_s, c.measure_s = cp.startup_s, cp.warmup_s, cp.measure_s
     c.engine_starts = cp.engine_starts
     return cp.trial
+
+
+def restore_findings(st: RunState, cp: Checkpoint) -> None:
+    """What a checkpoint holds besides the trials: the baseline's confirmation, the notes, the
+    probe and the quality gate's reference (also what a shared study's workers take from the
+    one that measured the baseline, tuner/worker.py)."""
+    st.baseline_confirmed = cp.baseline_confirmed
+    st.notes = list(cp.notes)
+    st.diagnosis = cp.diagnosis
+    st.probe_s = cp.probe_s
+    st.quality.ref = cp.quality_ref
+    st.quality.ref_error = cp.quality_ref_error
 
 
 class Replay:

@@ -17,7 +17,7 @@ import base64
 from typing import Any
 
 from probes.quality import Continuation
-from tuner.checkpoint import snapshot
+from tuner.checkpoint import restore_findings, snapshot
 from tuner.report import Recommendation, Report, StageReport, TrialReport
 from tuner.state import RunState
 from tuner.store import Checkpoint, samples_bytes, samples_from_bytes
@@ -46,12 +46,7 @@ def take_baseline(st: RunState, doc: Doc) -> TrialReport:
     """Another worker's baseline into this worker's state (its clock and budget stay its own)."""
     cp = Checkpoint.model_validate(doc["checkpoint"])
     st.baseline = cp.trial
-    st.baseline_confirmed = cp.baseline_confirmed
-    st.notes = list(cp.notes)
-    st.diagnosis = cp.diagnosis
-    st.probe_s = cp.probe_s
-    st.quality.ref = cp.quality_ref
-    st.quality.ref_error = cp.quality_ref_error
+    restore_findings(st, cp)
     st.exactness.greedy.update(cp.greedy)
     _take_samples(st, cp.trial.number, doc["samples"])
     return cp.trial
