@@ -23,6 +23,9 @@ from tuner.shared import SharedError
 from tuner.space import SpaceError
 from tuner.store import FolderStore, StoreError
 
+# What a run raises for input the user can fix (the message says how): one line, exit 2.
+USER_ERRORS = (ModelError, UnknownEngineError, SpaceError, EndpointError, WorkloadError)
+
 
 class UserError(RuntimeError):
     """A problem the user can fix (model, engine, search space); the message says how."""
@@ -39,14 +42,7 @@ def tune(opts: TuneOptions, progress: Progress | None = None) -> tuple[Report, P
     try:
         runner = Runner(opts, progress) if progress else Runner(opts)
         report = runner.run()
-    except (
-        ModelError,
-        UnknownEngineError,
-        SpaceError,
-        EndpointError,
-        WorkloadError,
-        SharedError,
-    ) as exc:
+    except (*USER_ERRORS, SharedError) as exc:
         raise UserError(str(exc)) from exc
     return report, runner.out
 
@@ -83,14 +79,7 @@ def resume(run_dir: Path, progress: Progress | None = None) -> tuple[Report, Pat
             Runner(opts, progress, resume=run_dir) if progress else Runner(opts, resume=run_dir)
         )
         report = runner.run()
-    except (
-        ModelError,
-        UnknownEngineError,
-        SpaceError,
-        EndpointError,
-        StoreError,
-        WorkloadError,
-    ) as exc:
+    except (*USER_ERRORS, StoreError) as exc:
         raise UserError(str(exc)) from exc
     return report, runner.out
 

