@@ -45,11 +45,17 @@ def test_a_run_stopped_in_trial_2_resumes_without_measuring_0_and_1_again(
         if "trial 2 (batching): starting" in line:
             raise KeyboardInterrupt
 
+    started_1 = _spy_on_starts(monkeypatch)
     r1 = Runner(opts, stop_at_trial_2, engine=FakeEngine(), hardware=HW)
     part = r1.run()
     assert part.status == "interrupted"
     store = FolderStore(r1.out)
     assert sorted(store.checkpoints()) == [0, 1]
+    # The baseline and trial 1, and a side-by-side repeat of the two when the noise made them
+    # too close to call (its log lies in the baseline's folder): all of them before trial 2.
+    assert "002" not in started_1
+    starts_1 = len(started_1)
+    assert store.checkpoints()[1].engine_starts == starts_1
     assert not store.load_meta().done
     before = json.loads((r1.out / "report.json").read_text())
     elapsed_1 = before["timing"]["wall_s"]
@@ -72,8 +78,9 @@ def test_a_run_stopped_in_trial_2_resumes_without_measuring_0_and_1_again(
     assert data["trials"][1]["status"] == "failed"
     assert data["recommended"]["from_trial"] == 1
     assert data["salt"] == before["salt"]
-    # Engine starts and time are counted over the whole run.
-    assert data["timing"]["engine_starts"] == 4  # baseline, two trials, confirmation
+    # Engine starts and time are counted over the whole run: run 1's, trial 2's, the
+    # confirmation's.
+    assert data["timing"]["engine_starts"] == starts_1 + 2
     assert data["timing"]["wall_s"] > elapsed_1 * 0.5
     assert data["stages"][0]["trials"] == [1, 2]
     meta = FolderStore(r1.out).load_meta()
