@@ -75,13 +75,20 @@ def _point(m: LoadMetrics, prompt: int, out: int, c: int) -> SweepPoint:
     )
 
 
-def prefill_rate(points: list[SweepPoint]) -> float | None:
-    """Tokens/s from the least-squares slope of TTFT (ms) over prompt tokens."""
+def prefill_fit(points: list[SweepPoint]) -> tuple[float, float] | None:
+    """The least-squares line of TTFT p50 (ms) over prompt tokens: (intercept ms, slope ms per
+    token); None with fewer than two prompt lengths."""
     pts = [(float(p.prompt_tokens), p.ttft_ms_p50) for p in points if p.ttft_ms_p50 is not None]
     if len({x for x, _ in pts}) < 2:
         return None
-    slope = statistics.linear_regression([x for x, _ in pts], [y for _, y in pts]).slope
-    return 1000.0 / slope if slope > 0 else None
+    fit = statistics.linear_regression([x for x, _ in pts], [y for _, y in pts])
+    return fit.intercept, fit.slope
+
+
+def prefill_rate(points: list[SweepPoint]) -> float | None:
+    """Tokens/s from the least-squares slope of TTFT (ms) over prompt tokens."""
+    fit = prefill_fit(points)
+    return 1000.0 / fit[1] if fit and fit[1] > 0 else None
 
 
 def run_diagnosis(

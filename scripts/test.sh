@@ -4,13 +4,17 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh --dev
-# The shared-study tests start a real PostgreSQL server (tests/postgres.py): Debian's.
-if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
-  echo "test: installing Debian's postgresql (for the shared-study tests)" >&2
+# Debian's packages the tests use: a real PostgreSQL server for the shared-study tests
+# (tests/postgres.py) and Chromium for the report page's browser tests (tests/browser.py).
+missing=()
+ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing+=(postgresql)
+command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+if [ "${#missing[@]}" -gt 0 ]; then
+  echo "test: installing Debian's ${missing[*]}" >&2
   sudo=""
   [ "$(id -u)" = 0 ] || sudo="sudo"
   $sudo apt-get update -q
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends postgresql
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .

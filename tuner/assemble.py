@@ -1,4 +1,5 @@
-"""report.json and report.md, assembled from the run's state and written atomically.
+"""The report (report.json, report.md, report.html, deployment files), assembled from the
+run's state and written atomically.
 
 The state is what the store holds (every finished trial is checkpointed before the next
 starts; a resumed run restores it from there), so an interrupted, resumed run assembles the
@@ -114,9 +115,15 @@ def write_report(
 
 
 def write_files(report: Report, folder: Path) -> None:
-    """report.json and report.md in ``folder``, atomically."""
+    """report.json, report.md, the recommendation's deployment files (tuner/exports.py) and
+    report.html in ``folder``, each atomically."""
+    from tuner.exports import write_exports
+    from tuner.html import render_html
     from tuner.render import render_markdown
+    from tuner.views import build
 
     folder.mkdir(parents=True, exist_ok=True)
     write_atomic(folder / "report.json", dump_json(report))
     write_atomic(folder / "report.md", render_markdown(report).encode())
+    files = [p.name for p in write_exports(report, folder)]
+    write_atomic(folder / "report.html", render_html(build(report, files)).encode())

@@ -7,8 +7,10 @@ shape, the launch command, and that no engine process outlives the run; it asser
 
 from __future__ import annotations
 
+import ast
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -17,10 +19,13 @@ from pathlib import Path
 
 import psutil
 import pytest
+import yaml
 
 from probes.slo import parse_slos
 from probes.workload import parse_workload
+from tests.browser import open_page
 from tuner import api
+from tuner.engines.base import LaunchSpec, ServerProcess, free_port
 from tuner.options import TuneOptions
 
 pytestmark = pytest.mark.integration
@@ -123,8 +128,46 @@ def test_short_tuning_run(tmp_path: Path) -> None:
     assert probe is not None and probe["verdict"]["stages"][0]["name"] == "batching"
     assert probe["prefill_rate_tokens_per_s"] > 0 and probe["decode_sweep"]
     assert report.recommended is not None
+    # report.html, opened offline in a real Chromium: every figure drawn, the probe's too.
+    page = open_page(folder / "report.html", tmp_path / "report.png")
+    assert page.console_errors == [] and page.requests == [(folder / "report.html").as_uri()]
+    assert set(page.figures) == {"pareto", "interactivity", "curves", "stages", "probe"}
+    assert all(n > 0 for n in page.figures.values()), page.figures
+    _serve_from_the_exports(folder, rec["env"], tmp_path)
     leftover = [p for p in _engine_processes() if p.pid not in before]
     assert not leftover, f"engine processes left running: {[p.pid for p in leftover]}"
+
+
+def _pgid(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except ProcessLookupError:
+        return None
+
+
+def _serve_from_the_exports(folder: Path, env: dict[str, str], tmp_path: Path) -> None:
+    """serve.sh starts a real vLLM from recommended.vllm.yaml with the recommended environment:
+    vLLM's own "non-default args" line lists every setting of the file, and the server process
+    carries every variable."""
+    config = yaml.safe_load((folder / "recommended.vllm.yaml").read_text())
+    assert set(config) > {"model"}, config
+    port = free_port()
+    spec = LaunchSpec(["/bin/bash", str(folder / "serve.sh"), "--port", str(port)])
+    log = tmp_path / "serve.log"
+    with ServerProcess(spec, log, startup_timeout_s=400) as server:
+        server.wait_ready(served_model=config["model"])
+        assert server.proc is not None
+        group = [
+            p for p in _engine_processes() if _pgid(p.pid) == server.proc.pid
+        ]  # fmt: skip
+        assert group, "no vLLM server in serve.sh's process group"
+        environ = group[0].environ()
+        assert {k: environ.get(k) for k in env} == env
+    found = re.search(r"non-default args: (\{.*\})", log.read_text())
+    assert found, "vLLM logged no non-default args"
+    started = ast.literal_eval(found.group(1))
+    for key, value in config.items():
+        assert started[key.replace("-", "_")] == value, (key, started)
 
 
 @pytest.mark.timeout(900)
