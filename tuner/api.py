@@ -109,3 +109,44 @@ def shared_report(storage: str, study: str, out_dir: Path) -> tuple[Report, Path
     folder = out_dir / study
     write_files(report, folder)
     return report, folder
+
+
+def render_run(
+    run_dir: Path,
+    slo: list[str],
+    max_error_rate: float | None = None,
+    formats: set[str] | frozenset[str] = frozenset({"md", "html", "json"}),
+) -> tuple[Report, Path]:
+    """A run's report written again from its report.json (``autotune report RUN_DIR``); with
+    ``slo``, every recorded trial re-scored under those SLOs (tuner/rescore.py) into a folder of
+    its own inside the run's, so the run's own report stays as it was.
+
+    Raises:
+        UserError: not a run folder, bad SLOs, or records missing.
+    """
+    from pydantic import ValidationError
+
+    from probes.slo import SLOError, parse_slos
+    from tuner.assemble import write_files
+    from tuner.rescore import RescoreError, folder_name, rescore
+
+    path = run_dir / "report.json"
+    try:
+        report = Report.model_validate_json(path.read_bytes())
+    except FileNotFoundError:
+        raise UserError(f"{run_dir} is not an autotune run folder (no report.json)") from None
+    except (OSError, ValidationError) as exc:
+        raise UserError(f"{path} cannot be read: {str(exc).splitlines()[0]}") from None
+    if not slo:
+        write_files(report, run_dir, formats)
+        return report, run_dir
+    try:
+        slos = parse_slos(slo)
+        if not slos.latency:
+            raise UserError("--slo: give a latency SLO to re-score under (quality needs a run)")
+        again = rescore(run_dir, report, slos, max_error_rate)
+    except (SLOError, RescoreError) as exc:
+        raise UserError(str(exc)) from exc
+    folder = run_dir / folder_name(slos)
+    write_files(again, folder, formats)
+    return again, folder

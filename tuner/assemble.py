@@ -114,16 +114,23 @@ def write_report(
     return report
 
 
-def write_files(report: Report, folder: Path) -> None:
+def write_files(
+    report: Report,
+    folder: Path,
+    formats: set[str] | frozenset[str] = frozenset({"md", "html", "json"}),
+) -> None:
     """report.json, report.md, the recommendation's deployment files (tuner/exports.py) and
-    report.html in ``folder``, each atomically."""
+    report.html in ``folder``, each atomically (``formats``: which of json, md, html)."""
     from tuner.exports import write_exports
     from tuner.html import render_html
     from tuner.render import render_markdown
     from tuner.views import build
 
     folder.mkdir(parents=True, exist_ok=True)
-    write_atomic(folder / "report.json", dump_json(report))
-    write_atomic(folder / "report.md", render_markdown(report).encode())
-    files = [p.name for p in write_exports(report, folder)]
-    write_atomic(folder / "report.html", render_html(build(report, files)).encode())
+    if "json" in formats:
+        write_atomic(folder / "report.json", dump_json(report))
+    if "md" in formats:
+        write_atomic(folder / "report.md", render_markdown(report).encode())
+    if "html" in formats:
+        files = [p.name for p in write_exports(report, folder)]
+        write_atomic(folder / "report.html", render_html(build(report, files)).encode())

@@ -343,11 +343,19 @@ def probe_cmd(
             help="add the sweeps: prefill rate, decode scaling, phase split, roofline, verdict"
         ),
     ] = False,
+    slo: Annotated[
+        list[str],
+        typer.Option(
+            help="judge the point against these SLOs (ttft@p99=2s, ...), the percentile's "
+            "sample-size rule included; repeatable"
+        ),
+    ] = [],  # noqa: B006
     json_path: Annotated[Path | None, typer.Option("--json", help="write the result here")] = None,
     output: Annotated[Path, typer.Option(help="folder for the server log")] = Path("results"),
 ) -> None:
     """Measure one load on a server, TTFT and time per token apart; --diagnose says where the
     time goes and which tuning stages can pay off."""
+    from probes.slo import SLOError, parse_slos
     from probes.workload import WorkloadError, parse_workload
 
     if (model is None) == (endpoint is None):
@@ -364,7 +372,8 @@ def probe_cmd(
         fail("--param goes with --model: an endpoint's settings are not autotune's to change")
     try:
         wl = parse_workload(workload)
-    except WorkloadError as exc:
+        slos = parse_slos(slo) if slo else None
+    except (WorkloadError, SLOError) as exc:
         fail(str(exc))
     from tuner.probe_run import ProbeError, parse_params, probe
     from tuner.render import render_probe
@@ -388,6 +397,7 @@ def probe_cmd(
             warmup=warmup,
             tokenizer=tokenizer,
             diagnose=diagnose,
+            slos=slos,
             out_dir=output / "probe",
             progress=lambda m: typer.echo(m, err=True),
         )
@@ -408,18 +418,62 @@ def probe_cmd(
 
 @app.command("report")
 def report_cmd(
-    storage: Annotated[str, typer.Option(help="the shared study's database URL")],
-    study: Annotated[str, typer.Option(help="the shared study's name")],
-    output: Annotated[Path, typer.Option(help="folder for <study>/report.*")] = Path("results"),
+    run_dir: Annotated[
+        Path | None, typer.Argument(help="a run folder: render it again, or re-score it with --slo")
+    ] = None,
+    slo: Annotated[
+        list[str],
+        typer.Option(
+            help="re-score every recorded trial under these SLOs (ttft@p90=1s, tpot=50ms, ...) "
+            "without measuring again; repeatable"
+        ),
+    ] = [],  # noqa: B006
+    max_error_rate: Annotated[
+        float | None, typer.Option(help="with --slo: the error-rate limit [default: the run's]")
+    ] = None,
+    fmt: Annotated[
+        str, typer.Option("--format", help="files to write: md, html, json, comma-separated")
+    ] = "md,html,json",
+    storage: Annotated[
+        str | None, typer.Option(help="a shared study's database URL (instead of RUN_DIR)")
+    ] = None,
+    study: Annotated[str | None, typer.Option(help="the shared study's name")] = None,
+    output: Annotated[
+        Path, typer.Option(help="with --storage: folder for <study>/report.*")
+    ] = Path("results"),
 ) -> None:
-    """Build the report of a study several workers shared (--storage, --study)."""
+    """Render a run's report again, re-score it under other SLOs from its per-request records
+    (--slo), or build a shared study's report (--storage, --study)."""
     from tuner import api
 
+    formats = {f.strip() for f in fmt.split(",") if f.strip()}
+    if not formats or formats - {"md", "html", "json"}:
+        fail(f"--format {fmt!r}: give md, html or json, comma-separated")
+    if (run_dir is None) == (storage is None):
+        fail("give a run folder, or --storage URL --study NAME for a shared study")
+    if storage is not None:
+        if study is None or slo:
+            fail("--storage goes with --study NAME (and no --slo)")
+        try:
+            report, folder = api.shared_report(storage, study, output)
+        except api.UserError as exc:
+            fail(str(exc))
+        _finish(report, folder)
+        return
+    assert run_dir is not None
+    if max_error_rate is not None and not 0 <= max_error_rate < 1:
+        fail(f"--max-error-rate must be in [0, 1), got {max_error_rate}")
     try:
-        report, folder = api.shared_report(storage, study, output)
+        report, folder = api.render_run(run_dir, slo, max_error_rate, formats)
     except api.UserError as exc:
         fail(str(exc))
-    _finish(report, folder)
+    from tuner.render import render_rescore_summary, render_summary
+
+    text = (
+        render_rescore_summary(report) if report.rescored else render_summary(report, str(folder))
+    )
+    typer.echo(text)
+    typer.echo(f"autotune: wrote {', '.join(sorted(formats))} in {folder}", err=True)
 
 
 def main() -> None:

@@ -154,27 +154,12 @@ class PointMeasurer:
         return Measured(metrics, res.records, server_delta)
 
     def judge(self, m: Measured) -> Judged:
-        """A point's verdict. Open loop: judged as if the rate had been held for the drift
-        horizon, so a queue still growing when the point ended counts against it (the drift
-        is kept on the metrics)."""
-        if self.axis.kind == "rate":
-            drift = queue_drift(m.records)
-            m.metrics.ttft_drift_ms_per_s = drift.slope * 1000.0
-            m.metrics.projected_wait_ms = drift.shift_s * 1000.0
-            if drift.growing:
-                records = project(m.records, drift)
-                judged = summarize(records, self.slos, m.metrics.client_cpu_pct)
-                return Judged(judge(judged, self.slos, self.max_error_rate), records)
-        return Judged(judge(m.metrics, self.slos, self.max_error_rate), m.records)
+        """A point's verdict (``judge_point``)."""
+        return judge_point(m.metrics, m.records, self.axis.kind, self.slos, self.max_error_rate)
 
     def score_window(self, x: float, n: int, metrics: LoadMetrics) -> float:
-        """The window a point's score divides its output tokens by. Closed loop: the measured
-        window. Open loop: the arrival span the rate asked for (n / rate), so the score is the
-        rate times the output tokens per request, the output a service gets at that rate when
-        it keeps up. The measured window also holds the drain of the last requests, a share
-        that depends on how many requests the point sent, so points of different lengths
-        would not compare."""
-        return metrics.duration_s if self.axis.kind == "concurrency" else n / x
+        """The window a point's score divides its output tokens by (``score_window``)."""
+        return score_window(self.axis.kind, x, n, metrics)
 
     def _snapshot(self, server: RunningServer) -> Snapshot | None:
         assert self.series is not None
@@ -182,6 +167,37 @@ class PointMeasurer:
             return fetch_snapshot(server.base_url, self.series.path)
         except Exception:
             return None
+
+
+def judge_point(
+    metrics: LoadMetrics,
+    records: list[RequestRecord],
+    kind: str,
+    slos: SLOSet,
+    max_error_rate: float,
+) -> Judged:
+    """A point's verdict. Open loop: judged as if the rate had been held for the drift
+    horizon, so a queue still growing when the point ended counts against it (the drift is
+    kept on the metrics). What a tuning run and a re-score (tuner/rescore.py) both judge by."""
+    if kind == "rate":
+        drift = queue_drift(records)
+        metrics.ttft_drift_ms_per_s = drift.slope * 1000.0
+        metrics.projected_wait_ms = drift.shift_s * 1000.0
+        if drift.growing:
+            projected = project(records, drift)
+            judged = summarize(projected, slos, metrics.client_cpu_pct)
+            return Judged(judge(judged, slos, max_error_rate), projected)
+    return Judged(judge(metrics, slos, max_error_rate), records)
+
+
+def score_window(kind: str, x: float, n: int, metrics: LoadMetrics) -> float:
+    """The window a point's score divides its output tokens by. Closed loop: the measured
+    window. Open loop: the arrival span the rate asked for (n / rate), so the score is the
+    rate times the output tokens per request, the output a service gets at that rate when it
+    keeps up. The measured window also holds the drain of the last requests, a share that
+    depends on how many requests the point sent, so points of different lengths would not
+    compare."""
+    return metrics.duration_s if kind == "concurrency" else n / x
 
 
 def acceptance(metrics: LoadMetrics, d: dict[str, float], series: ServerSeries) -> None:

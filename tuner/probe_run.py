@@ -20,8 +20,9 @@ from pydantic import BaseModel, ConfigDict
 
 from probes.client import LoadClient, run_load
 from probes.diagnose import Diagnosis, run_diagnosis
-from probes.metrics import LoadMetrics, summarize
+from probes.metrics import LoadMetrics, Verdict, summarize
 from probes.server_metrics import ServerSeries
+from probes.slo import SLOSet
 from probes.workload import (
     SyntheticWorkload,
     Tokenizer,
@@ -35,6 +36,7 @@ from tuner.engines.base import Engine, EngineStartError, LaunchSpec, ServerProce
 from tuner.engines.endpoint import EndpointEngine, EndpointError, attach
 from tuner.hardware import Hardware, detect_hardware, template_context
 from tuner.launch import launch_settings
+from tuner.measure import judge_point
 from tuner.models import ModelError, load_tokenizer, resolve_model
 from tuner.space import SpaceError, load_space, space_path
 
@@ -54,6 +56,10 @@ class ProbeResult(BaseModel):
     warmup_s: float
     hardware: Hardware
     diagnosis: Diagnosis | None = None
+    # With --slo: the point judged as a tuning run judges one (the percentile's sample-size
+    # rule included), so a probe at a recommended load is that load's confirmation.
+    slo: list[str] = []
+    verdict: Verdict | None = None
 
 
 def parse_params(pairs: list[str]) -> dict[str, Any]:
@@ -172,6 +178,8 @@ def probe(
     diagnose: bool = False,
     out_dir: Path = Path("results") / "probe",
     seed: int | None = None,
+    slos: SLOSet | None = None,
+    max_error_rate: float = 0.01,
     progress: Callable[[str], None] = lambda m: None,
 ) -> ProbeResult:
     """Measure one load (and, with ``diagnose``, the sweeps); see the module docstring.
@@ -212,7 +220,11 @@ def probe(
             client, reqs, concurrency=concurrency, rate_rps=rate_rps, warmup=warmup, seed=seed
         )
         warm_s = (time.monotonic() - t0) - res.wall_s
-        metrics = summarize(res.records, client_cpu_pct=res.client_cpu_pct)
+        metrics = summarize(res.records, slos, client_cpu_pct=res.client_cpu_pct)
+        verdict = None
+        if slos is not None and slos.latency:
+            kind = "rate" if rate_rps is not None else "concurrency"
+            verdict = judge_point(metrics, res.records, kind, slos, max_error_rate).verdict
         progress(f"probe: measured {metrics.n_requests} requests in {time.monotonic() - t0:.0f} s")
         diagnosis = None
         if diagnose:
@@ -248,4 +260,6 @@ def probe(
         warmup_s=warm_s,
         hardware=hw,
         diagnosis=diagnosis,
+        slo=slos.labels if slos is not None else [],
+        verdict=verdict,
     )

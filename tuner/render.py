@@ -8,7 +8,7 @@ from typing import Any
 
 from probes.drift import HORIZON_S
 from probes.exactness import describe
-from probes.metrics import Dist, LoadMetrics
+from probes.metrics import Dist, LoadMetrics, Verdict
 from probes.quality import QualityCheck
 from tuner.report import Report, StageReport, TrialReport
 
@@ -222,6 +222,7 @@ def render_markdown(r: Report) -> str:
             f"**Load**: {model}; capacity in {r.load.get('unit')}. Salt `{r.salt}`.{nb}",
             "",
         ]
+    out += _rescored_section(r)
     rec = r.recommended
     base = r.baseline
     if rec:
@@ -434,6 +435,48 @@ def _probe_section(r: Report) -> list[str]:
     return out
 
 
+def _slo_text(slos: list[Any]) -> str:
+    return "; ".join(f"p{s.percentile} {s.metric.upper()} <= {_ms(s.limit_ms)}" for s in slos)
+
+
+def rescore_lines(r: Report) -> list[str]:
+    """What a re-score found, in sentences: the new best (unconfirmed), what the recorded
+    loads cannot say, and the command that confirms the best."""
+    x = r.rescored
+    if x is None:
+        return []
+    was = f"trial {x.from_recommended}" if x.from_recommended is not None else "nothing"
+    lines = [
+        f"Re-scored from the recorded requests under {_slo_text(r.slo)} (measured under "
+        f"{_slo_text(x.from_slo)}, where the run recommended {was}); nothing was measured again.",
+    ]
+    if x.best_trial is None:
+        lines.append("No recorded configuration meets these SLOs at any load measured.")
+    else:
+        name = "the baseline" if x.best_trial == 0 else f"trial {x.best_trial}"
+        gain = f", {x.gain_vs_baseline:.2f}x the baseline's" if x.gain_vs_baseline else ""
+        lines.append(
+            f"New best, UNCONFIRMED (a search figure): {name}, "
+            f"{x.best_tokens_per_s or 0:.0f} output tokens/s at {load_text(x.best_load)}{gain}."
+        )
+    lines += [f"Cannot say: {u}." for u in x.unanswerable]
+    if x.confirm_command:
+        lines.append(
+            f"Confirm it (a fresh start, the full sample): {shell_command(x.confirm_command, {})}"
+        )
+    return lines
+
+
+def _rescored_section(r: Report) -> list[str]:
+    if r.rescored is None:
+        return []
+    return ["## Re-scored", "", *(f"- {line}" for line in rescore_lines(r)), ""]
+
+
+def render_rescore_summary(r: Report) -> str:
+    return "\n".join([f"autotune: run {r.run_id} re-scored", *rescore_lines(r)])
+
+
 def render_summary(r: Report, report_dir: str) -> str:
     lines = [f"autotune: run {r.run_id} {r.status}"]
     rec = r.recommended
@@ -488,6 +531,8 @@ def render_probe(p: Any) -> str:
     ):
         cells = (d.mean, d.p50, d.p90, d.p95, d.p99)
         lines.append("  " + name.ljust(22) + "".join(_ms(c).rjust(10) for c in cells))
+    if p.verdict is not None:
+        lines.append(f"  SLOs ({'; '.join(p.slo)}): {_slo_verdict(p.verdict, m)}")
     d = p.diagnosis
     if d is not None:
         v = d.verdict
@@ -509,6 +554,20 @@ def render_probe(p: Any) -> str:
         for s in v.stages:
             lines.append(f"  stage {s.name}: {s.expected} ({s.reason})")
     return "\n".join(lines)
+
+
+def _slo_verdict(v: Verdict, m: LoadMetrics) -> str:
+    """One point's verdict in words: each SLO's measured figure against its limit."""
+    checks = ", ".join(
+        f"{c.metric} p{c.percentile} {_ms(c.measured_ms)} of {_ms(c.limit_ms)}"
+        for c in v.checks
+        if c.percentile is not None
+    )
+    if not v.holds:
+        return f"BREAKS ({checks}; errors {m.error_rate:.1%})"
+    if v.provisional:
+        return f"holds, provisionally: too few requests for the percentile ({checks})"
+    return f"holds ({checks}; errors {m.error_rate:.1%})"
 
 
 def _cap_load(cap: Any, like: dict[str, float]) -> dict[str, float]:

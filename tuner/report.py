@@ -146,6 +146,20 @@ class Recommendation(Strict):
     confirmation: str  # how the claim was measured
 
 
+class Rescored(Strict):
+    """A recorded run re-scored under other SLOs (tuner/rescore.py): search figures only."""
+
+    from_slo: list[SLOReport]  # what the run was measured and confirmed under
+    from_max_error_rate: float
+    from_recommended: int | None  # the trial the run recommended under those
+    best_trial: int | None  # the best under the new SLOs: unconfirmed
+    best_tokens_per_s: float | None
+    best_load: dict[str, float] | None
+    gain_vs_baseline: float | None  # search figure over search figure
+    unanswerable: list[str]  # what the recorded loads cannot say
+    confirm_command: list[str] | None  # the fresh measurement that would confirm the best
+
+
 class Timing(Strict):
     wall_s: float
     engine_starts: int
@@ -190,6 +204,7 @@ class Report(Strict):
     timing: Timing | None
     notes: list[str] = []
     error: str | None = None
+    rescored: Rescored | None = None  # set on a re-score (autotune report RUN_DIR --slo)
 
 
 def write_atomic(path: Path, data: bytes) -> None:

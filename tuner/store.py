@@ -199,6 +199,13 @@ class FolderStore:
         d = self.root / "samples"
         return [samples_from_bytes((d / f"{trial:03d}-{i}.npz").read_bytes()) for i in range(count)]
 
+    def all_samples(self, trial: int) -> list[Samples]:
+        """Every point's samples of a trial, its confirmations' included, as the run kept them."""
+        count = 0
+        while (self.root / "samples" / f"{trial:03d}-{count}.npz").is_file():
+            count += 1
+        return self.samples(trial, count)
+
     def save_checkpoint(self, cp: Checkpoint) -> None:
         d = self.root / "checkpoints"
         d.mkdir(parents=True, exist_ok=True)

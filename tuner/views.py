@@ -299,8 +299,12 @@ def _row(t: TrialReport, r: Report) -> Row:
         load=t.estimate.load if t.estimate else None,
         quality=(f"{q.metric} {q.degradation_pct:+.2f} %" if q else ""),
         speculative=spec,
-        recommended=r.recommended is not None and r.recommended.from_trial == t.number,
+        recommended=(r.recommended.from_trial if r.recommended else _best(r)) == t.number,
     )
+
+
+def _best(r: Report) -> int | None:
+    return r.rescored.best_trial if r.rescored else None
 
 
 def build(r: Report, files: list[str] | None = None) -> ReportView:
@@ -341,6 +345,17 @@ def build(r: Report, files: list[str] | None = None) -> ReportView:
             if rec.meets_slo
             else "does NOT meet every SLO with the headroom asked, or had too few requests"
         )
+    elif r.rescored is not None:
+        rs = r.rescored
+        name = "the baseline" if rs.best_trial == 0 else f"trial {rs.best_trial}"
+        at = next(iter(rs.best_load.values())) if rs.best_load else None
+        headline = (
+            f"re-scored: {name}, {rs.best_tokens_per_s:.0f} output tok/s at {at:.3g} "
+            f"({axis}), UNCONFIRMED"
+            if rs.best_trial is not None and rs.best_tokens_per_s and at is not None
+            else "re-scored: no recorded configuration meets these SLOs"
+        )
+        verdict = "a search figure from the recorded requests; nothing was measured again"
     else:
         headline, verdict = "no recommendation", r.error or "no configuration met the SLOs"
     return ReportView(
