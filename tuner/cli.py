@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 import signal
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, NoReturn
@@ -178,12 +179,22 @@ def tune_cmd(
             "options it was started with: finished trials are kept, not measured again",
         ),
     ] = None,
+    as_json: Annotated[
+        bool,
+        typer.Option(
+            "--json",
+            help="print the outcome as one JSON object on stdout (progress stays on stderr)",
+        ),
+    ] = False,
 ) -> None:
-    """Tune a server: baseline, then the search stages, then a confirmed recommendation."""
+    """Tune a server: baseline, then the search stages, then a confirmed recommendation.
+
+    Exit codes: 0 a recommendation; 1 the run failed; 2 bad input (nothing started); 3 no
+    configuration met the SLOs; 130 interrupted (--resume continues it)."""
     if ctx.invoked_subcommand is not None:
         return
     if resume is not None:
-        _resume(ctx, resume)
+        _resume(ctx, resume, as_json)
         return
     from probes.slo import SLOError, parse_slos
     from probes.workload import WorkloadError, parse_workload
@@ -254,10 +265,10 @@ def tune_cmd(
         fail(problem(exc))
     if engine not in ENGINES:
         fail(f"engine {engine!r} is unknown; known: {', '.join(sorted(ENGINES))}")
-    _run_tuning(lambda: api.tune(opts))
+    _run_tuning(lambda: api.tune(opts), as_json)
 
 
-def _run_tuning(call: Callable[[], tuple[Report, Path]]) -> None:
+def _run_tuning(call: Callable[[], tuple[Report, Path]], as_json: bool = False) -> None:
     """Run a tuning (new or resumed) with SIGTERM handled like Ctrl-C, then its summary."""
     from tuner import api, stop
 
@@ -273,21 +284,28 @@ def _run_tuning(call: Callable[[], tuple[Report, Path]]) -> None:
         raise typer.Exit(130) from None
     finally:
         restore()
-    _finish(report, out_dir)
+    _finish(report, out_dir, as_json)
 
 
-def _finish(report: Report, out_dir: Path) -> None:
+def _finish(report: Report, out_dir: Path, as_json: bool = False) -> None:
+    """The summary (text, or --json's object) and the exit code (tuner/summary.py)."""
+    import json
+
     from tuner.render import render_summary
+    from tuner.summary import INTERRUPTED, OK, exit_code, summary
 
-    typer.echo(render_summary(report, str(out_dir)))
-    if report.status == "interrupted":
+    if as_json:
+        typer.echo(json.dumps(summary(report, out_dir)))
+    else:
+        typer.echo(render_summary(report, str(out_dir)))
+    code = exit_code(report)
+    if code == INTERRUPTED:
         typer.echo(f"autotune: continue it with: autotune --resume {out_dir}", err=True)
-        raise typer.Exit(130)
-    if report.status != "complete":
-        raise typer.Exit(1)
+    if code != OK:
+        raise typer.Exit(code)
 
 
-def _resume(ctx: typer.Context, run_dir: Path) -> None:
+def _resume(ctx: typer.Context, run_dir: Path, as_json: bool = False) -> None:
     """``--resume RUN_DIR``: the run's own options, so no other tuning option is taken."""
     from tuner import api
 
@@ -295,7 +313,7 @@ def _resume(ctx: typer.Context, run_dir: Path) -> None:
     given = [
         name
         for name in ctx.params
-        if name != "resume"
+        if name not in ("resume", "as_json")
         and getattr(ctx.get_parameter_source(name), "name", "") in ("COMMANDLINE", "ENVIRONMENT")
     ]
     if given:
@@ -303,7 +321,7 @@ def _resume(ctx: typer.Context, run_dir: Path) -> None:
         fail(f"--resume continues a run with the options it was started with; drop {flags}")
     if not run_dir.is_dir():
         fail(f"--resume {run_dir}: no such folder")
-    _run_tuning(lambda: api.resume(run_dir))
+    _run_tuning(lambda: api.resume(run_dir), as_json)
 
 
 @app.command("probe")
@@ -474,6 +492,46 @@ def report_cmd(
     )
     typer.echo(text)
     typer.echo(f"autotune: wrote {', '.join(sorted(formats))} in {folder}", err=True)
+
+
+@app.command("compare")
+def compare_cmd(
+    run_dirs: Annotated[list[Path], typer.Argument(help="run folders (two or more)")],
+    price: Annotated[
+        list[str],
+        typer.Option(
+            help="NAME=USD_PER_HOUR: the price of the machine a run measured (NAME: its folder "
+            "name, run id or hostname); repeatable"
+        ),
+    ] = [],  # noqa: B006
+    output: Annotated[
+        Path | None,
+        typer.Option(
+            help="folder for compare.md and compare.html [default: results/compare-<time>]"
+        ),
+    ] = None,
+) -> None:
+    """Compare runs across machines under one SLO, with the cost of a million output tokens."""
+    from tuner.compare_page import render_html, render_markdown
+    from tuner.compare_runs import CompareError, compare, parse_prices
+    from tuner.report import write_atomic
+    from tuner.rescore import RescoreError
+
+    if len(run_dirs) < 2:
+        fail("give two or more run folders to compare")
+    for d in run_dirs:
+        if not (d / "report.json").is_file():
+            fail(f"{d} is not an autotune run folder (no report.json)")
+    try:
+        result = compare(run_dirs, parse_prices(price))
+    except (CompareError, RescoreError) as exc:
+        fail(str(exc))
+    folder = output or Path("results") / time.strftime("compare-%Y%m%d-%H%M%S")
+    md = render_markdown(result)
+    write_atomic(folder / "compare.md", md.encode())
+    write_atomic(folder / "compare.html", render_html(result).encode())
+    typer.echo(md)
+    typer.echo(f"autotune: wrote compare.md and compare.html in {folder}", err=True)
 
 
 def main() -> None:

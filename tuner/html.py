@@ -66,7 +66,7 @@ def _color(i: int) -> str:
     return COLORS[i % len(COLORS)]
 
 
-def _e(text: Any) -> str:
+def esc(text: Any) -> str:
     return html.escape(str(text))
 
 
@@ -348,18 +348,18 @@ def probe_figure(v: ReportView) -> go.Figure | None:
 def _answer(v: ReportView) -> str:
     ok = v.recommended is not None and v.verdict.startswith("meets")
     slos = ", ".join(f"{m} p{p} &le; {_ms(limit)}" for m, p, limit in v.slos)
-    files = " ".join(f'<a href="{_e(f)}"><code>{_e(f)}</code></a>' for f in v.files)
+    files = " ".join(f'<a href="{esc(f)}"><code>{esc(f)}</code></a>' for f in v.files)
     return (
         f'<div class="answer{"" if ok else " miss"}" id="answer">'
-        f'<div class="big">{_e(v.headline)}</div>'
-        f'<div class="verdict">{_e(v.verdict)}; SLOs: {slos}</div>'
+        f'<div class="big">{esc(v.headline)}</div>'
+        f'<div class="verdict">{esc(v.verdict)}; SLOs: {slos}</div>'
         + (f"<div>Launch it: {files}</div>" if files else "")
         + "</div>"
     )
 
 
 def _table(head: list[str], rows: list[list[str]], classes: list[str] | None = None) -> str:
-    th = "".join(f"<th>{_e(h)}</th>" for h in head)
+    th = "".join(f"<th>{esc(h)}</th>" for h in head)
     body = "".join(
         f'<tr class="{(classes or [""] * len(rows))[i]}">' + "".join(cells) + "</tr>"
         for i, cells in enumerate(rows)
@@ -372,7 +372,7 @@ def _num(x: float | None, fmt: str = ".0f") -> str:
 
 
 def _td(x: Any) -> str:
-    return f"<td>{_e(x)}</td>"
+    return f"<td>{esc(x)}</td>"
 
 
 def _trials_table(v: ReportView) -> str:
@@ -404,7 +404,7 @@ def _probe_tables(v: ReportView) -> str:
     stages = _table(
         ["stage", "expected to pay off", "why"], [[_td(a), _td(b), _td(c)] for a, b, c in p.stages]
     )
-    return f"<p><b>{_e(p.summary)}</b></p>{figures}{stages}"
+    return f"<p><b>{esc(p.summary)}</b></p>{figures}{stages}"
 
 
 def render_html(v: ReportView) -> str:
@@ -427,13 +427,13 @@ def render_html(v: ReportView) -> str:
         sections.append(("Where the time goes", INTRO["probe"], plots["probe"] + _probe_tables(v)))
     sections.append(("Trials", INTRO["trials"], _trials_table(v)))
     body = "".join(
-        f'<section><h2>{_e(t)}</h2><p class="sub">{_e(intro)}</p>{content}</section>'
+        f'<section><h2>{esc(t)}</h2><p class="sub">{esc(intro)}</p>{content}</section>'
         for t, intro, content in sections
     )
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
-        f"<title>{_e(v.title)}</title><style>{CSS}</style>"
+        f"<title>{esc(v.title)}</title><style>{CSS}</style>"
         f"<script>{get_plotlyjs()}</script></head><body>"
-        f'<h1>{_e(v.title)}</h1><p class="sub">{_e(v.machine)}</p>'
+        f'<h1>{esc(v.title)}</h1><p class="sub">{esc(v.machine)}</p>'
         f"{_answer(v)}{body}</body></html>\n"
     )

@@ -148,9 +148,18 @@ class Runner:
         self._prepare()
         self.out.mkdir(parents=True, exist_ok=True)
         lock = lock_folder(self.out)  # held while this run works in its folder
+        # A status line under the progress lines, where the sink draws one (tuner/progress.py).
+        watch, close = (
+            getattr(self._progress, "watch", None),
+            getattr(self._progress, "close", None),
+        )
         try:
+            if watch is not None:
+                watch(self.state)
             return self._run()
         finally:
+            if close is not None:
+                close()
             lock.close()
 
     def _run(self) -> Report:

@@ -166,7 +166,7 @@ def run_stage(
                     distributions={n: dists[n] for n in params},
                     value=outcome.score,
                     constraints={CONSTRAINT: _finite(outcome.constraint)},
-                    user_attrs={"status": "known"},
+                    user_attrs={**outcome.attrs, "status": "known"},
                 )
             )
         result.outcomes.append((params, outcome))
@@ -200,7 +200,8 @@ def run_stage(
             continue
         if why := refuse(params):
             result.refused.append((params, why))
-            outcome = Outcome("failed", 0.0, 1.0, None)
+            attrs = {"autotune_status": "refused", "reason": f"the engine would refuse it: {why}"}
+            outcome = Outcome("failed", 0.0, 1.0, None, attrs=attrs)
             seen[key] = outcome
             _tell(study, trial, outcome)
             if len(result.refused) >= max_refusals:

@@ -132,6 +132,7 @@ def search(st: RunState, ev: Evaluator) -> None:
             else:  # a number unique across the workers, and their trials so far
                 worker.take_trials(st, shared.records())
                 n, handle = shared.begin()
+            st.doing.stage_started = len(numbers) + 1
             t = ev.evaluate(n, stage_name, {**carried, **params})
             st.trials.append(t)
             numbers.append(n)
@@ -140,6 +141,7 @@ def search(st: RunState, ev: Evaluator) -> None:
             return outcome(t)
 
         st.say(f"stage {name}: up to {n_trials} configurations ({why})")
+        st.doing.stage, st.doing.stage_trials, st.doing.stage_started = name, n_trials, 0
         measure_stage = partial(
             run_stage,
             stage,
@@ -285,15 +287,21 @@ def _contrast(
 
 def outcome(t: TrialReport) -> Outcome:
     """What Optuna is told: a score, or a trial that violates its constraints (failed and
-    infeasible configurations included, so the sampler learns to avoid the region)."""
+    infeasible configurations included, so the sampler learns to avoid the region). Every
+    trial carries autotune's trial number, its status and why (user attributes, which
+    optuna-dashboard shows)."""
+    attrs: dict[str, Any] = {
+        "autotune_trial": t.number,
+        "autotune_status": t.status,
+        "reason": t.rejected or t.error or "",
+    }
     if t.status == "ok" and t.rejected:
         m = t.quality.margin if t.quality and not t.quality.holds else 1.0
-        return Outcome("infeasible", 0.0, max(m, 1e-6), t)
+        return Outcome("infeasible", 0.0, max(m, 1e-6), t, attrs=attrs)
     if t.status == "ok":
         held = [p.verdict.worst_margin for p in t.points if p.verdict.holds]
-        attrs = {}
         if (e := t.estimate) is not None:
-            attrs = {
+            attrs |= {
                 "capacity_load": e.load,
                 "tokens_per_s_low": e.low,
                 "tokens_per_s_high": e.high,
@@ -303,10 +311,10 @@ def outcome(t: TrialReport) -> Outcome:
         return Outcome("ok", t.score_tokens_per_s or 0.0, min(held, default=0.0), t, attrs=attrs)
     if t.status == "infeasible":
         m = min((p.verdict.worst_margin for p in t.points), default=1.0)
-        return Outcome("infeasible", 0.0, max(m, 1e-6), t)
+        return Outcome("infeasible", 0.0, max(m, 1e-6), t, attrs=attrs)
     if t.status in ("abandoned", "no_effect"):
-        return Outcome("pruned", 0.0, 1.0, t)
-    return Outcome("failed", 0.0, 1.0, t)
+        return Outcome("pruned", 0.0, 1.0, t, attrs=attrs)
+    return Outcome("failed", 0.0, 1.0, t, attrs=attrs)
 
 
 def prediction_held(expected: str | None, gain: float | None) -> bool | None:

@@ -28,6 +28,7 @@ from tuner.gates import ExactnessGate, QualityGate
 from tuner.hardware import Hardware
 from tuner.measure import PointMeasurer
 from tuner.options import TuneOptions
+from tuner.progress import Doing
 from tuner.report import PointReport, Recommendation, StageReport, TrialReport
 from tuner.space import SearchSpace, Stage
 from tuner.store import RunMeta, RunStore
@@ -58,6 +59,7 @@ class RunState:
     budget: Budget
     quality: QualityGate
     exactness: ExactnessGate = field(default_factory=ExactnessGate)
+    doing: Doing = field(default_factory=Doing)  # what the run is at (the status line)
     meta: RunMeta | None = None
     replay: Replay | None = None
     shared: SharedStudy | None = None  # --storage: the study several workers share

@@ -74,6 +74,7 @@ class Evaluator:
         )
         t_start = time.monotonic()
         shown = " ".join(f"{k}={v}" for k, v in params.items()) or "engine defaults"
+        st.doing.trial, st.doing.config = label, shown
         if spec is not None:
             st.say(f"{label}: starting {st.engine.name} with {shown}")
         best = st.best()

@@ -1,0 +1,100 @@
+"""``autotune compare`` (tuner/compare_runs.py, tuner/compare_page.py): two recorded runs of the
+fake engine of test_runner (real processes, real records) under one SLO, priced; SLOs that
+differ are re-scored to the strictest common one; runs of different workloads are flagged."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from probes.slo import parse_slos
+from probes.workload import parse_workload
+from tests.browser import open_page
+from tests.unit.test_runner import HW, FakeEngine, _options
+from tuner.cli import app
+from tuner.compare_runs import CompareError, common_slo, compare, parse_prices
+from tuner.report import Report
+
+
+def _run(tmp: Path, **kw: object) -> Path:
+    from tuner.runner import Runner
+
+    tmp.mkdir(parents=True, exist_ok=True)
+    runner = Runner(_options(tmp, **kw), lambda _: None, engine=FakeEngine(), hardware=HW)
+    runner.run()
+    return runner.out
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
+    root = tmp_path_factory.mktemp("compare")
+    # The same workload file (name and items) for both: they differ only in their SLOs.
+    a = _run(root / "a", slos=parse_slos(["ttft=300ms"]))
+    b = _run(root / "b", slos=parse_slos(["ttft@p90=80ms"]))
+    (root / "c").mkdir()
+    other = root / "c" / "other.jsonl"
+    other.write_text('{"prompt": "other", "max_tokens": 4}\n')
+    c = _run(root / "c", workload=parse_workload(str(other)))
+    return a, b, c
+
+
+def test_prices_and_their_errors() -> None:
+    assert parse_prices(["box=2.5", "gpu=$1"]) == {"box": 2.5, "gpu": 1.0}
+    for bad in ("box", "box=", "box=-1", "=3", "box=cheap"):
+        with pytest.raises(CompareError, match="NAME=USD_PER_HOUR"):
+            parse_prices([bad])
+
+
+def test_the_strictest_common_slo(runs: tuple[Path, Path, Path]) -> None:
+    a, b, _ = runs
+    reports = [Report.model_validate_json((d / "report.json").read_bytes()) for d in (a, b)]
+    assert [(s.metric, s.percentile, s.limit_ms) for s in common_slo(reports)] == [
+        ("ttft", 90, 80.0),
+        ("ttft", 99, 300.0),
+    ]
+
+
+def test_two_runs_with_cost(runs: tuple[Path, Path, Path]) -> None:
+    a, b, _ = runs
+    result = compare([a, b], {a.name: 2.0, b.name: 1.0})
+    assert result.rescored  # the SLOs differ: both re-scored under both constraints
+    assert any("re-scored" in w for w in result.warnings)
+    assert not any("NOT COMPARABLE" in w for w in result.warnings)
+    for row in result.rows:
+        assert row.confirmed is False  # a re-scored figure is never called confirmed
+        if row.tokens_per_s:
+            assert row.usd_per_million_tokens == pytest.approx(
+                row.price_per_hour / 3600 / row.tokens_per_s * 1e6  # type: ignore[operator]
+            )
+            assert row.tokens_per_usd == pytest.approx(
+                row.tokens_per_s * 3600 / row.price_per_hour  # type: ignore[operator]
+            )
+    same = compare([a, a], {})
+    assert not same.rescored and all(r.confirmed for r in same.rows)
+    assert all(r.usd_per_million_tokens is None for r in same.rows)
+
+
+def test_different_workloads_are_flagged(runs: tuple[Path, Path, Path]) -> None:
+    a, _, c = runs
+    result = compare([a, c], {})
+    assert any(w.startswith("NOT COMPARABLE: the runs differ in workload") for w in result.warnings)
+
+
+def test_the_cli_writes_both_formats(runs: tuple[Path, Path, Path], tmp_path: Path) -> None:
+    a, b, _ = runs
+    out = tmp_path / "cmp"
+    result = CliRunner().invoke(
+        app, ["compare", str(a), str(b), "--price", f"{a.name}=2", "--output", str(out)]
+    )
+    assert result.exit_code == 0, result.output
+    md = (out / "compare.md").read_text()
+    assert "USD per 1M output tokens" in md and a.name in md and b.name in md
+    page = open_page(out / "compare.html", tmp_path / "compare.png")
+    assert page.console_errors == [] and page.requests == [(out / "compare.html").as_uri()]
+    assert page.figures == {"compare": page.figures["compare"]} and page.figures["compare"] > 0
+    bad = CliRunner().invoke(app, ["compare", str(a), str(b), "--price", "nobody=1"])
+    assert bad.exit_code == 2 and "no run of that folder name" in bad.output
+    one = CliRunner().invoke(app, ["compare", str(a)])
+    assert one.exit_code == 2 and "two or more" in one.output

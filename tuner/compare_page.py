@@ -1,0 +1,121 @@
+"""``autotune compare``'s Markdown and HTML (plotly inlined, offline) from a Comparison
+(tuner/compare_runs.py): the table first, then the throughput, the cost and the latencies of
+each run side by side. Computes nothing."""
+
+from __future__ import annotations
+
+import plotly.graph_objects as go
+from plotly.offline import get_plotlyjs
+from plotly.subplots import make_subplots
+
+from tuner.compare_runs import Comparison, RunRow
+from tuner.html import CONFIG, CSS, esc
+
+
+def _ms(x: float | None) -> str:
+    if x is None:
+        return "-"
+    return f"{x / 1000:.2f} s" if x >= 1000 else f"{x:.1f} ms"
+
+
+def _num(x: float | None, fmt: str) -> str:
+    return "-" if x is None else format(x, fmt)
+
+
+def _slo(c: Comparison) -> str:
+    return "; ".join(f"p{s.percentile} {s.metric.upper()} <= {_ms(s.limit_ms)}" for s in c.slo)
+
+
+HEAD = [
+    "run", "machine", "engine", "output tok/s", "at", "TTFT", "TPOT", "figure", "config",
+    "USD/h", "USD per 1M output tokens", "output tokens per USD",
+]  # fmt: skip
+
+
+def _cells(c: Comparison, r: RunRow) -> list[str]:
+    figure = "confirmed" if r.confirmed else "re-scored, unconfirmed"
+    if r.confirmed and r.provisional:
+        figure = "confirmed, provisionally (too few requests for the percentile)"
+    elif r.confirmed and not r.meets_slo:
+        figure = "confirmed, SLO not met with the headroom"
+    return [
+        r.name, r.machine, r.engine, _num(r.tokens_per_s, ".0f"), r.load,
+        f"{_ms(r.ttft_ms)} (p{c.ttft_percentile})", f"{_ms(r.tpot_ms)} (p{c.tpot_percentile})",
+        figure, r.config, _num(r.price_per_hour, ".2f"),
+        _num(r.usd_per_million_tokens, ".3f"), _num(r.tokens_per_usd, ",.0f"),
+    ]  # fmt: skip
+
+
+def render_markdown(c: Comparison) -> str:
+    out = ["# autotune: runs compared", ""]
+    out += [f"**{w}**" for w in c.warnings] + ([""] if c.warnings else [])
+    out += [f"Common SLO: {_slo(c)}.", ""]
+    out.append("| " + " | ".join(HEAD) + " |")
+    out.append("|" + " --- |" * len(HEAD))
+    out += ["| " + " | ".join(_cells(c, r)) + " |" for r in c.rows]
+    priced = [r for r in c.rows if r.usd_per_million_tokens is not None]
+    if priced:
+        best = min(priced, key=lambda r: r.usd_per_million_tokens or float("inf"))
+        out += [
+            "",
+            f"Cheapest per output token: **{best.name}** at "
+            f"{best.usd_per_million_tokens:.3f} USD per million (price / 3600 / tokens per s "
+            "x 1e6).",
+        ]
+    return "\n".join(out) + "\n"
+
+
+def figure(c: Comparison) -> go.Figure:
+    names = [r.name for r in c.rows]
+    fig = make_subplots(
+        rows=1,
+        cols=3,
+        subplot_titles=(
+            "output tokens/s under the common SLO",
+            "USD per million output tokens",
+            "TTFT and time per output token (ms)",
+        ),
+    )
+    fig.add_trace(
+        go.Bar(x=names, y=[r.tokens_per_s for r in c.rows], name="tokens/s", showlegend=False),
+        row=1,
+        col=1,
+    )
+    fig.add_trace(
+        go.Bar(
+            x=names,
+            y=[r.usd_per_million_tokens for r in c.rows],
+            name="USD / 1M tokens",
+            showlegend=False,
+            marker={"color": "#f58518"},
+        ),
+        row=1,
+        col=2,
+    )
+    for key, label in (("ttft_ms", f"TTFT p{c.ttft_percentile}"),
+                       ("tpot_ms", f"TPOT p{c.tpot_percentile}")):  # fmt: skip
+        fig.add_trace(
+            go.Bar(x=names, y=[getattr(r, key) for r in c.rows], name=label), row=1, col=3
+        )
+    fig.update_layout(barmode="group", height=420, template="plotly_white")
+    return fig
+
+
+def render_html(c: Comparison) -> str:
+    warn = "".join(f'<p class="answer miss">{esc(w)}</p>' for w in c.warnings)
+    head = "".join(f"<th>{esc(h)}</th>" for h in HEAD)
+    rows = "".join(
+        "<tr>" + "".join(f"<td>{esc(x)}</td>" for x in _cells(c, r)) + "</tr>" for r in c.rows
+    )
+    plot = figure(c).to_html(
+        full_html=False, include_plotlyjs=False, div_id="fig-compare", config=CONFIG
+    )
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f"<title>autotune: runs compared</title><style>{CSS}</style>"
+        f"<script>{get_plotlyjs()}</script></head><body>"
+        f"<h1>autotune: runs compared</h1>{warn}"
+        f'<p class="sub">Common SLO: {esc(_slo(c))}</p>'
+        f'<table id="answer"><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>'
+        f'<div class="plot" data-figure="compare">{plot}</div></body></html>\n'
+    )

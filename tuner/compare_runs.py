@@ -1,0 +1,230 @@
+"""Runs compared across machines, with cost (``autotune compare RUN_DIR... --price NAME=USD/h``).
+
+Per run: the machine (its hardware block), the engine and its version, the best output tokens/s
+under the common SLO with the configuration that achieves it, TTFT and time per output token
+apart, and with a price per hour the cost of a million output tokens
+(price / 3600 / tokens per s x 1e6) and the output tokens a dollar buys.
+
+Runs compare only on the same model, workload and load model; where those differ the comparison
+says so on its first line. Where their SLOs differ, every run is re-scored from its recorded
+requests (tuner/rescore.py) under the strictest common SLO (each metric and percentile any run
+names, at the tightest limit named for it) before it is compared; a re-scored figure is a search
+figure and is marked unconfirmed. Where the SLOs agree, each run's confirmed recommendation is
+its figure.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from probes.slo import LatencySLO, SLOSet
+from tuner.report import Report, SLOReport
+from tuner.rescore import rescore
+
+
+class CompareError(Exception):
+    """Runs that cannot be compared as asked (an unknown price name, say)."""
+
+
+class RunRow(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str  # the run folder's name
+    run_id: str
+    machine: str  # hostname: the hardware label
+    cpu_count: int
+    gpus: str
+    engine: str
+    tokens_per_s: float | None
+    load: str  # where it holds that, e.g. "10.5 req/s"
+    ttft_ms: float | None
+    tpot_ms: float | None
+    confirmed: bool  # a confirmed recommendation (False: a re-scored search figure)
+    meets_slo: bool
+    provisional: bool = False  # confirmed with fewer requests than the percentile needs
+    config: str
+    price_per_hour: float | None = None
+    usd_per_million_tokens: float | None = None
+    tokens_per_usd: float | None = None
+
+
+class Comparison(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    slo: list[SLOReport]
+    rescored: bool  # whether the runs were re-scored to the common SLO
+    warnings: list[str]
+    rows: list[RunRow]
+    ttft_percentile: int
+    tpot_percentile: int
+
+
+def parse_prices(items: list[str]) -> dict[str, float]:
+    """``NAME=USD_PER_HOUR`` pairs."""
+    out: dict[str, float] = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        try:
+            price = float(value.removeprefix("$"))
+        except ValueError:
+            price = -1.0
+        if not sep or not name or price <= 0:
+            raise CompareError(f"--price {item!r}: give NAME=USD_PER_HOUR, e.g. gpu-box=2.5")
+        out[name] = price
+    return out
+
+
+def common_slo(reports: list[Report]) -> list[SLOReport]:
+    """Every (metric, percentile) any run names, at the tightest limit named for it."""
+    tight: dict[tuple[str, int], float] = {}
+    for r in reports:
+        for s in r.slo:
+            key = (s.metric, s.percentile)
+            tight[key] = min(tight.get(key, s.limit_ms), s.limit_ms)
+    return [SLOReport(metric=m, percentile=p, limit_ms=v) for (m, p), v in sorted(tight.items())]
+
+
+def _key(slos: list[SLOReport]) -> set[tuple[str, int, float]]:
+    return {(s.metric, s.percentile, s.limit_ms) for s in slos}
+
+
+def _workload(r: Report) -> str:
+    """A synthetic workload by its spec; a file by its name and its number of items (the same
+    file copied to another machine compares)."""
+    w = r.workload
+    if w.get("spec"):
+        return str(w["spec"])
+    return f"{Path(str(w.get('path', ''))).name} ({w.get('n_items')} items)"
+
+
+def _warnings(reports: list[Report], names: list[str]) -> list[str]:
+    out = []
+    for what, of in (
+        ("model", lambda r: Path(r.model_path).name),
+        ("workload", _workload),
+        ("load model", lambda r: r.load.get("model")),
+        ("error-rate limit", lambda r: r.max_error_rate),
+    ):
+        seen = {str(of(r)) for r in reports}
+        if len(seen) > 1:
+            each = ", ".join(f"{n}: {of(r)}" for n, r in zip(names, reports, strict=True))
+            out.append(f"NOT COMPARABLE: the runs differ in {what} ({each})")
+    return out
+
+
+def _params(r: Report, params: dict[str, Any]) -> str:
+    changed = {k: v for k, v in params.items() if r.knob_defaults.get(k, object()) != v}
+    return ", ".join(f"{k}={v}" for k, v in changed.items()) or "the engine's defaults"
+
+
+def _load(load: dict[str, float] | None) -> str:
+    if not load:
+        return "-"
+    if "rate_rps" in load:
+        return f"{load['rate_rps']:.3g} req/s"
+    return f"c={load.get('concurrency', 0):g}"
+
+
+def _row(name: str, r: Report, pt: int, pp: int) -> RunRow:
+    base: dict[str, Any] = {
+        "name": name,
+        "run_id": r.run_id,
+        "machine": f"{r.hardware.hostname}: {r.hardware.label}",
+        "cpu_count": r.hardware.cpu_count,
+        "gpus": ", ".join(g.name for g in r.hardware.gpus) or "none",
+        "engine": r.engine_version,
+    }
+    trials = {t.number: t for t in [r.baseline, *r.trials] if t is not None}
+    rec = r.recommended
+    if rec is not None:
+        m = rec.metrics
+        return RunRow(
+            **base,
+            tokens_per_s=m.output_tokens_per_s,
+            load=_load(rec.load),
+            ttft_ms=m.ttft_ms.at(pt),
+            tpot_ms=m.tpot_ms.at(pp),
+            confirmed=True,
+            meets_slo=rec.meets_slo,
+            provisional=rec.provisional,
+            config=_params(r, rec.params),
+        )
+    x = r.rescored
+    t = trials.get(x.best_trial) if x is not None and x.best_trial is not None else None
+    if t is None or t.metrics is None:
+        return RunRow(
+            **base, tokens_per_s=None, load="-", ttft_ms=None, tpot_ms=None, confirmed=False,
+            meets_slo=False, config="nothing met the SLOs",
+        )  # fmt: skip
+    return RunRow(
+        **base,
+        tokens_per_s=t.score_tokens_per_s,
+        load=_load(t.load),
+        ttft_ms=t.metrics.ttft_ms.at(pt),
+        tpot_ms=t.metrics.tpot_ms.at(pp),
+        confirmed=False,
+        meets_slo=False,
+        config=_params(r, t.params),
+    )
+
+
+def _price(row: RunRow, prices: dict[str, float]) -> RunRow:
+    price = next(
+        (prices[k] for k in (row.name, row.run_id, row.machine.split(":")[0]) if k in prices),
+        None,
+    )
+    if price is None:
+        return row
+    tok = row.tokens_per_s
+    return row.model_copy(
+        update={
+            "price_per_hour": price,
+            "usd_per_million_tokens": price / 3600.0 / tok * 1e6 if tok else None,
+            "tokens_per_usd": tok * 3600.0 / price if tok else None,
+        }
+    )
+
+
+def compare(run_dirs: list[Path], prices: dict[str, float]) -> Comparison:
+    """The runs side by side under one SLO, priced where a price names them.
+
+    Raises:
+        CompareError: a price names no run, or a run cannot be re-scored.
+    """
+    names = [d.name for d in run_dirs]
+    reports = [Report.model_validate_json((d / "report.json").read_bytes()) for d in run_dirs]
+    known = {
+        k for n, r in zip(names, reports, strict=True) for k in (n, r.run_id, r.hardware.hostname)
+    }
+    if unknown := sorted(set(prices) - known):
+        raise CompareError(
+            f"--price {unknown[0]}: no run of that folder name, run id or hostname "
+            f"(runs: {', '.join(names)})"
+        )
+    slo = common_slo(reports)
+    differ = any(_key(r.slo) != _key(slo) for r in reports)
+    if differ:
+        slos = SLOSet(
+            latency=tuple(
+                LatencySLO(metric=s.metric, percentile=s.percentile, limit_ms=s.limit_ms)
+                for s in slo
+            )
+        )
+        err = min(r.max_error_rate for r in reports)
+        reports = [rescore(d, r, slos, err) for d, r in zip(run_dirs, reports, strict=True)]
+    pt = next((s.percentile for s in slo if s.metric == "ttft"), 99)
+    pp = next((s.percentile for s in slo if s.metric == "tpot"), 99)
+    rows = [_price(_row(n, r, pt, pp), prices) for n, r in zip(names, reports, strict=True)]
+    warnings = _warnings(reports, names)
+    if differ:
+        warnings.append(
+            "the runs' SLOs differ: each was re-scored from its recorded requests under the "
+            "strictest common SLO; those figures are search figures, not confirmed"
+        )
+    return Comparison(
+        slo=slo, rescored=differ, warnings=warnings, rows=rows, ttft_percentile=pt,
+        tpot_percentile=pp,
+    )  # fmt: skip
