@@ -265,7 +265,9 @@ def tune_cmd(
         fail(problem(exc))
     if engine not in ENGINES:
         fail(f"engine {engine!r} is unknown; known: {', '.join(sorted(ENGINES))}")
-    _run_tuning(lambda: api.tune(opts), as_json)
+    from tuner.progress import Display
+
+    _run_tuning(lambda: api.tune(opts, Display()), as_json)
 
 
 def _run_tuning(call: Callable[[], tuple[Report, Path]], as_json: bool = False) -> None:
@@ -321,7 +323,9 @@ def _resume(ctx: typer.Context, run_dir: Path, as_json: bool = False) -> None:
         fail(f"--resume continues a run with the options it was started with; drop {flags}")
     if not run_dir.is_dir():
         fail(f"--resume {run_dir}: no such folder")
-    _run_tuning(lambda: api.resume(run_dir), as_json)
+    from tuner.progress import Display
+
+    _run_tuning(lambda: api.resume(run_dir, Display()), as_json)
 
 
 @app.command("probe")

@@ -12,22 +12,19 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from tests.unit.test_runner import HW, FakeEngine, _options
+from tests.unit.test_runner import HW
 from tuner import exports
 from tuner.hardware import GPU, Hardware, template_context
 from tuner.launch import launch_settings
 from tuner.report import Report
-from tuner.runner import Runner
 from tuner.space import load_space, space_path
 
 K8S_VERSION = "1.33"
 
 
-@pytest.fixture(scope="module")
-def fake_report(tmp_path_factory: pytest.TempPathFactory) -> Report:
-    tmp = tmp_path_factory.mktemp("exports")
-    runner = Runner(_options(tmp), lambda _: None, engine=FakeEngine(), hardware=HW)
-    return runner.run()
+@pytest.fixture
+def fake_report(fake_run: Path) -> Report:
+    return Report.model_validate_json((fake_run / "report.json").read_bytes())
 
 
 def _as_vllm(report: Report, args: list[str], env: dict[str, str], hw: Hardware) -> Report:

@@ -12,15 +12,10 @@ from optuna.storages import JournalStorage
 from optuna.storages.journal import JournalFileBackend
 from optuna.trial import FrozenTrial, TrialState
 
-from tests.unit.test_runner import HW, FakeEngine, _options
-from tuner.runner import Runner
 
-
-def test_every_trial_is_in_the_optuna_storage(tmp_path: Path) -> None:
-    runner = Runner(_options(tmp_path, trials=3), lambda _: None, engine=FakeEngine(), hardware=HW)
-    runner.run()
-    report = json.loads((runner.out / "report.json").read_text())
-    storage = JournalStorage(JournalFileBackend(str(runner.out / "optuna.journal")))
+def test_every_trial_is_in_the_optuna_storage(fake_run: Path) -> None:
+    report = json.loads((fake_run / "report.json").read_text())
+    storage = JournalStorage(JournalFileBackend(str(fake_run / "optuna.journal")))
     studies = optuna.get_all_study_names(storage)
     assert studies == [s["name"] for s in report["stages"] if s["status"] == "run"]
     seen: dict[int, list[tuple[str, FrozenTrial]]] = {}

@@ -10,18 +10,13 @@ from pathlib import Path
 import pytest
 
 from tests.browser import open_page
-from tests.unit.test_runner import HW, FakeEngine, _options
 from tuner.report import Report
-from tuner.runner import Runner
 from tuner.views import build, pareto
 
 
-@pytest.fixture(scope="module")
-def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    tmp = tmp_path_factory.mktemp("html")
-    runner = Runner(_options(tmp, trials=3), lambda _: None, engine=FakeEngine(), hardware=HW)
-    runner.run()
-    return runner.out
+@pytest.fixture
+def run_dir(fake_run: Path) -> Path:
+    return fake_run
 
 
 def test_pareto_front_keeps_the_points_nothing_beats() -> None:

@@ -11,19 +11,14 @@ import pytest
 from typer.testing import CliRunner
 
 from probes.slo import parse_slos
-from tests.unit.test_runner import HW, FakeEngine, _options
 from tuner.cli import app
 from tuner.report import Report
 from tuner.rescore import RescoreError, rescore
-from tuner.runner import Runner
 
 
-@pytest.fixture(scope="module")
-def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    tmp = tmp_path_factory.mktemp("rescore")
-    runner = Runner(_options(tmp, trials=3), lambda _: None, engine=FakeEngine(), hardware=HW)
-    runner.run()
-    return runner.out
+@pytest.fixture
+def run_dir(fake_run: Path) -> Path:
+    return fake_run
 
 
 def _report(run_dir: Path) -> Report:
