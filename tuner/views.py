@@ -335,8 +335,13 @@ def build(r: Report, files: list[str] | None = None) -> ReportView:
         load = next(iter(rec.load.values()))
         unit = "req/s" if axis == "rate_rps" else "concurrent requests"
         gain = f", {rec.gain_vs_baseline:.2f}x the baseline" if rec.gain_vs_baseline else ""
+        who = (
+            "the baseline (the engine's defaults)"
+            if rec.from_trial == 0
+            else f"trial {rec.from_trial}"
+        )
         headline = (
-            f"trial {rec.from_trial}: {m.output_tokens_per_s:.0f} output tok/s at "
+            f"{who}: {m.output_tokens_per_s:.0f} output tok/s at "
             f"{load:.3g} {unit}{gain}; TTFT p{pt} {_fmt(_at(m.ttft_ms, pt))}, "
             f"time per token p{pp} {_fmt(_at(m.tpot_ms, pp))}"
         )
@@ -351,7 +356,7 @@ def build(r: Report, files: list[str] | None = None) -> ReportView:
         at = next(iter(rs.best_load.values())) if rs.best_load else None
         headline = (
             f"re-scored: {name}, {rs.best_tokens_per_s:.0f} output tok/s at {at:.3g} "
-            f"({axis}), UNCONFIRMED"
+            f"{'req/s' if axis == 'rate_rps' else 'concurrent requests'}, UNCONFIRMED"
             if rs.best_trial is not None and rs.best_tokens_per_s and at is not None
             else "re-scored: no recorded configuration meets these SLOs"
         )
