@@ -489,7 +489,8 @@ def report_cmd(
         report, folder = api.render_run(run_dir, slo, max_error_rate, formats)
     except api.UserError as exc:
         fail(str(exc))
-    from tuner.render import render_rescore_summary, render_summary
+    from tuner.render import render_summary
+    from tuner.render_rescore import render_rescore_summary
 
     text = (
         render_rescore_summary(report) if report.rescored else render_summary(report, str(folder))

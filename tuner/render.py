@@ -10,6 +10,7 @@ from probes.drift import HORIZON_S
 from probes.exactness import describe
 from probes.metrics import Dist, LoadMetrics, Verdict
 from probes.quality import QualityCheck
+from tuner.render_rescore import rescored_section
 from tuner.report import Report, StageReport, TrialReport
 
 
@@ -222,7 +223,7 @@ def render_markdown(r: Report) -> str:
             f"**Load**: {model}; capacity in {r.load.get('unit')}. Salt `{r.salt}`.{nb}",
             "",
         ]
-    out += _rescored_section(r)
+    out += rescored_section(r)
     rec = r.recommended
     base = r.baseline
     if rec:
@@ -433,48 +434,6 @@ def _probe_section(r: Report) -> list[str]:
     out += [f"| {s.name} | {s.expected} | {s.reason} | {s.weight:.0%} |" for s in v.stages]
     out.append("")
     return out
-
-
-def _slo_text(slos: list[Any]) -> str:
-    return "; ".join(f"p{s.percentile} {s.metric.upper()} <= {_ms(s.limit_ms)}" for s in slos)
-
-
-def rescore_lines(r: Report) -> list[str]:
-    """What a re-score found, in sentences: the new best (unconfirmed), what the recorded
-    loads cannot say, and the command that confirms the best."""
-    x = r.rescored
-    if x is None:
-        return []
-    was = f"trial {x.from_recommended}" if x.from_recommended is not None else "nothing"
-    lines = [
-        f"Re-scored from the recorded requests under {_slo_text(r.slo)} (measured under "
-        f"{_slo_text(x.from_slo)}, where the run recommended {was}); nothing was measured again.",
-    ]
-    if x.best_trial is None:
-        lines.append("No recorded configuration meets these SLOs at any load measured.")
-    else:
-        name = "the baseline" if x.best_trial == 0 else f"trial {x.best_trial}"
-        gain = f", {x.gain_vs_baseline:.2f}x the baseline's" if x.gain_vs_baseline else ""
-        lines.append(
-            f"New best, UNCONFIRMED (a search figure): {name}, "
-            f"{x.best_tokens_per_s or 0:.0f} output tokens/s at {load_text(x.best_load)}{gain}."
-        )
-    lines += [f"Cannot say: {u}." for u in x.unanswerable]
-    if x.confirm_command:
-        lines.append(
-            f"Confirm it (a fresh start, the full sample): {shell_command(x.confirm_command, {})}"
-        )
-    return lines
-
-
-def _rescored_section(r: Report) -> list[str]:
-    if r.rescored is None:
-        return []
-    return ["## Re-scored", "", *(f"- {line}" for line in rescore_lines(r)), ""]
-
-
-def render_rescore_summary(r: Report) -> str:
-    return "\n".join([f"autotune: run {r.run_id} re-scored", *rescore_lines(r)])
 
 
 def render_summary(r: Report, report_dir: str) -> str:

@@ -1,0 +1,62 @@
+"""A re-scored run (tuner/rescore.py) in sentences: for report.md and the terminal."""
+
+from __future__ import annotations
+
+import shlex
+from typing import Any
+
+from tuner.report import Report
+
+
+def _ms(x: float) -> str:
+    return f"{x / 1000:.2f} s" if x >= 1000 else f"{x:.1f} ms"
+
+
+def _load(load: dict[str, float] | None) -> str:
+    if not load:
+        return "-"
+    if "rate_rps" in load:
+        return f"{load['rate_rps']:.3g} req/s"
+    return f"c={load.get('concurrency', 0):g}"
+
+
+def _slo_text(slos: list[Any]) -> str:
+    return "; ".join(f"p{s.percentile} {s.metric.upper()} <= {_ms(s.limit_ms)}" for s in slos)
+
+
+def rescore_lines(r: Report) -> list[str]:
+    """What a re-score found, in sentences: the new best (unconfirmed), what the recorded
+    loads cannot say, and the command that confirms the best."""
+    x = r.rescored
+    if x is None:
+        return []
+    was = f"trial {x.from_recommended}" if x.from_recommended is not None else "nothing"
+    lines = [
+        f"Re-scored from the recorded requests under {_slo_text(r.slo)} (measured under "
+        f"{_slo_text(x.from_slo)}, where the run recommended {was}); nothing was measured again.",
+    ]
+    if x.best_trial is None:
+        lines.append("No recorded configuration meets these SLOs at any load measured.")
+    else:
+        name = "the baseline" if x.best_trial == 0 else f"trial {x.best_trial}"
+        gain = f", {x.gain_vs_baseline:.2f}x the baseline's" if x.gain_vs_baseline else ""
+        lines.append(
+            f"New best, UNCONFIRMED (a search figure): {name}, "
+            f"{x.best_tokens_per_s or 0:.0f} output tokens/s at {_load(x.best_load)}{gain}."
+        )
+    lines += [f"Cannot say: {u}." for u in x.unanswerable]
+    if x.confirm_command:
+        lines.append(
+            f"Confirm it (a fresh start, the full sample): {shlex.join(x.confirm_command)}"
+        )
+    return lines
+
+
+def rescored_section(r: Report) -> list[str]:
+    if r.rescored is None:
+        return []
+    return ["## Re-scored", "", *(f"- {line}" for line in rescore_lines(r)), ""]
+
+
+def render_rescore_summary(r: Report) -> str:
+    return "\n".join([f"autotune: run {r.run_id} re-scored", *rescore_lines(r)])
