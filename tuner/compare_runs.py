@@ -21,6 +21,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from probes.slo import LatencySLO, SLOSet
+from tuner.render_rescore import short_load
 from tuner.report import Report, SLOReport
 from tuner.rescore import rescore
 
@@ -120,14 +121,6 @@ def _params(r: Report, params: dict[str, Any]) -> str:
     return ", ".join(f"{k}={v}" for k, v in changed.items()) or "the engine's defaults"
 
 
-def _load(load: dict[str, float] | None) -> str:
-    if not load:
-        return "-"
-    if "rate_rps" in load:
-        return f"{load['rate_rps']:.3g} req/s"
-    return f"c={load.get('concurrency', 0):g}"
-
-
 def _row(name: str, r: Report, pt: int, pp: int) -> RunRow:
     base: dict[str, Any] = {
         "name": name,
@@ -144,7 +137,7 @@ def _row(name: str, r: Report, pt: int, pp: int) -> RunRow:
         return RunRow(
             **base,
             tokens_per_s=m.output_tokens_per_s,
-            load=_load(rec.load),
+            load=short_load(rec.load),
             ttft_ms=m.ttft_ms.at(pt),
             tpot_ms=m.tpot_ms.at(pp),
             confirmed=True,
@@ -162,7 +155,7 @@ def _row(name: str, r: Report, pt: int, pp: int) -> RunRow:
     return RunRow(
         **base,
         tokens_per_s=t.score_tokens_per_s,
-        load=_load(t.load),
+        load=short_load(t.load),
         ttft_ms=t.metrics.ttft_ms.at(pt),
         tpot_ms=t.metrics.tpot_ms.at(pp),
         confirmed=False,

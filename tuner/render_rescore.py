@@ -12,7 +12,8 @@ def _ms(x: float) -> str:
     return f"{x / 1000:.2f} s" if x >= 1000 else f"{x:.1f} ms"
 
 
-def _load(load: dict[str, float] | None) -> str:
+def short_load(load: dict[str, float] | None) -> str:
+    """``3.88 req/s`` or ``c=16``."""
     if not load:
         return "-"
     if "rate_rps" in load:
@@ -42,7 +43,7 @@ def rescore_lines(r: Report) -> list[str]:
         gain = f", {x.gain_vs_baseline:.2f}x the baseline's" if x.gain_vs_baseline else ""
         lines.append(
             f"New best, UNCONFIRMED (a search figure): {name}, "
-            f"{x.best_tokens_per_s or 0:.0f} output tokens/s at {_load(x.best_load)}{gain}."
+            f"{x.best_tokens_per_s or 0:.0f} output tokens/s at {short_load(x.best_load)}{gain}."
         )
     lines += [f"Cannot say: {u}." for u in x.unanswerable]
     if x.confirm_command:
