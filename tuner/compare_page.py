@@ -10,12 +10,7 @@ from plotly.subplots import make_subplots
 
 from tuner.compare_runs import Comparison, RunRow
 from tuner.html import CONFIG, CSS, esc
-
-
-def _ms(x: float | None) -> str:
-    if x is None:
-        return "-"
-    return f"{x / 1000:.2f} s" if x >= 1000 else f"{x:.1f} ms"
+from tuner.render import ms_text
 
 
 def _num(x: float | None, fmt: str) -> str:
@@ -23,7 +18,7 @@ def _num(x: float | None, fmt: str) -> str:
 
 
 def _slo(c: Comparison) -> str:
-    return "; ".join(f"p{s.percentile} {s.metric.upper()} <= {_ms(s.limit_ms)}" for s in c.slo)
+    return "; ".join(f"p{s.percentile} {s.metric.upper()} <= {ms_text(s.limit_ms)}" for s in c.slo)
 
 
 HEAD = [
@@ -40,7 +35,8 @@ def _cells(c: Comparison, r: RunRow) -> list[str]:
         figure = "confirmed, SLO not met with the headroom"
     return [
         r.name, r.machine, r.engine, _num(r.tokens_per_s, ".0f"), r.load,
-        f"{_ms(r.ttft_ms)} (p{c.ttft_percentile})", f"{_ms(r.tpot_ms)} (p{c.tpot_percentile})",
+        f"{ms_text(r.ttft_ms)} (p{c.ttft_percentile})",
+        f"{ms_text(r.tpot_ms)} (p{c.tpot_percentile})",
         figure, r.config, _num(r.price_per_hour, ".2f"),
         _num(r.usd_per_million_tokens, ".3f"), _num(r.tokens_per_usd, ",.0f"),
     ]  # fmt: skip

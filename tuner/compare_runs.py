@@ -21,7 +21,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from probes.slo import LatencySLO, SLOSet
-from tuner.render_rescore import short_load
+from tuner.render import load_text
 from tuner.report import Report, SLOReport
 from tuner.rescore import rescore
 
@@ -137,7 +137,7 @@ def _row(name: str, r: Report, pt: int, pp: int) -> RunRow:
         return RunRow(
             **base,
             tokens_per_s=m.output_tokens_per_s,
-            load=short_load(rec.load),
+            load=load_text(rec.load),
             ttft_ms=m.ttft_ms.at(pt),
             tpot_ms=m.tpot_ms.at(pp),
             confirmed=True,
@@ -155,7 +155,7 @@ def _row(name: str, r: Report, pt: int, pp: int) -> RunRow:
     return RunRow(
         **base,
         tokens_per_s=t.score_tokens_per_s,
-        load=short_load(t.load),
+        load=load_text(t.load),
         ttft_ms=t.metrics.ttft_ms.at(pt),
         tpot_ms=t.metrics.tpot_ms.at(pp),
         confirmed=False,

@@ -27,6 +27,7 @@ from typing import Any
 
 import yaml
 
+from tuner.render import load_text
 from tuner.report import Report, TrialReport, write_atomic
 
 CONFIG_FILE = "recommended.vllm.yaml"
@@ -93,7 +94,7 @@ def _value(text: str) -> Any:
 def _header(report: Report, trial: TrialReport) -> list[str]:
     rec = report.recommended
     assert rec is not None
-    claim = f"{rec.metrics.output_tokens_per_s:.1f} output tok/s at {_load(rec.load)}"
+    claim = f"{rec.metrics.output_tokens_per_s:.1f} output tok/s at {load_text(rec.load)}"
     slos = ", ".join(f"p{s.percentile} {s.metric} <= {s.limit_ms:g} ms" for s in report.slo)
     verdict = "met" if rec.meets_slo else "NOT met"
     return [
@@ -104,12 +105,6 @@ def _header(report: Report, trial: TrialReport) -> list[str]:
         f"claim: {claim}, {rec.n_requests} requests; SLOs {slos}: {verdict}",
         "thread bindings, paths and memory sizes are that machine's: check them on another",
     ]
-
-
-def _load(load: dict[str, float]) -> str:
-    if "rate_rps" in load:
-        return f"{load['rate_rps']:.2f} req/s"
-    return ", ".join(f"{k} {v:g}" for k, v in load.items())
 
 
 def _comment(lines: list[str]) -> str:

@@ -17,6 +17,7 @@ import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 from plotly.subplots import make_subplots
 
+from tuner.render import ms_text
 from tuner.views import Point, ReportView
 
 COLORS = [
@@ -77,14 +78,8 @@ def _div(fig: go.Figure, div_id: str) -> str:
 
 
 def _hover(p: Point, unit: str) -> str:
-    lat = f"TTFT {_ms(p.ttft_ms)}, TPOT {_ms(p.tpot_ms)}"
+    lat = f"TTFT {ms_text(p.ttft_ms)}, TPOT {ms_text(p.tpot_ms)}"
     return f"{p.label}<br>{p.load:.3g} {unit}: {p.tokens_per_s:.0f} tok/s<br>{lat}"
-
-
-def _ms(x: float | None) -> str:
-    if x is None:
-        return "-"
-    return f"{x / 1000:.2f} s" if x >= 1000 else f"{x:.1f} ms"
 
 
 def _trial_colors(v: ReportView) -> dict[int, str]:
@@ -347,7 +342,7 @@ def probe_figure(v: ReportView) -> go.Figure | None:
 
 def _answer(v: ReportView) -> str:
     ok = v.recommended is not None and v.verdict.startswith("meets")
-    slos = ", ".join(f"{m} p{p} &le; {_ms(limit)}" for m, p, limit in v.slos)
+    slos = ", ".join(f"{m} p{p} &le; {ms_text(limit)}" for m, p, limit in v.slos)
     files = " ".join(f'<a href="{esc(f)}"><code>{esc(f)}</code></a>' for f in v.files)
     return (
         f'<div class="answer{"" if ok else " miss"}" id="answer">'

@@ -10,18 +10,18 @@ from probes.drift import HORIZON_S
 from probes.exactness import describe
 from probes.metrics import Dist, LoadMetrics, Verdict
 from probes.quality import QualityCheck
-from tuner.render_rescore import rescored_section
 from tuner.report import Report, StageReport, TrialReport
 
 
-def _ms(x: float | None) -> str:
+def ms_text(x: float | None) -> str:
+    """``850.0 ms`` or ``1.25 s``; ``-`` for none."""
     if x is None:
         return "-"
     return f"{x / 1000:.2f} s" if x >= 1000 else f"{x:.1f} ms"
 
 
 def _lat(d: Dist) -> str:
-    return f"{_ms(d.p50)} / {_ms(d.p99)}"
+    return f"{ms_text(d.p50)} / {ms_text(d.p99)}"
 
 
 def _params(p: dict[str, Any], defaults: dict[str, Any] | None = None) -> str:
@@ -192,8 +192,8 @@ def _metrics_table(m: LoadMetrics) -> list[str]:
         ("E2E", m.e2e_ms),
     ):
         rows.append(
-            f"| {name} | {_ms(d.mean)} | {_ms(d.p50)} | {_ms(d.p90)} | {_ms(d.p95)} | "
-            f"{_ms(d.p99)} |"
+            f"| {name} | {ms_text(d.mean)} | {ms_text(d.p50)} | {ms_text(d.p90)} | "
+            f"{ms_text(d.p95)} | {ms_text(d.p99)} |"
         )
     return rows
 
@@ -204,7 +204,7 @@ def render_markdown(r: Report) -> str:
         f"Run `{r.run_id}` ({r.status}), {r.created_at}. {r.engine_version} on "
         f"{r.hardware.label}. Workload `{r.workload.get('spec') or r.workload.get('path')}`."
     )
-    slos = "; ".join(f"p{s.percentile} {s.metric.upper()} <= {_ms(s.limit_ms)}" for s in r.slo)
+    slos = "; ".join(f"p{s.percentile} {s.metric.upper()} <= {ms_text(s.limit_ms)}" for s in r.slo)
     q = r.quality_slo or {}
     quality = ""
     if "max_degradation_pct" in q:
@@ -223,6 +223,8 @@ def render_markdown(r: Report) -> str:
             f"**Load**: {model}; capacity in {r.load.get('unit')}. Salt `{r.salt}`.{nb}",
             "",
         ]
+    from tuner.render_rescore import rescored_section
+
     out += rescored_section(r)
     rec = r.recommended
     base = r.baseline
@@ -408,14 +410,14 @@ def _probe_section(r: Report) -> list[str]:
             f"/ decode {v.decode_share:.0%} of request time ({v.split_source} figures)."
         )
     if d.prefill_rate_tokens_per_s:
-        pts = ", ".join(f"{p.prompt_tokens} tok: {_ms(p.ttft_ms_p50)}" for p in d.prefill_sweep)
+        pts = ", ".join(f"{p.prompt_tokens} tok: {ms_text(p.ttft_ms_p50)}" for p in d.prefill_sweep)
         out.append(
             f"Prefill: {d.prefill_rate_tokens_per_s:.0f} prompt tokens/s (TTFT at concurrency 1: "
             f"{pts})."
         )
     if d.decode_sweep:
         pts = ", ".join(
-            f"c={p.concurrency}: {_ms(p.tpot_ms_p50)}, {p.output_tokens_per_s:.0f} tok/s"
+            f"c={p.concurrency}: {ms_text(p.tpot_ms_p50)}, {p.output_tokens_per_s:.0f} tok/s"
             for p in d.decode_sweep
         )
         out.append(f"Decoding (TPOT p50, output tokens/s): {pts}.")
@@ -427,7 +429,7 @@ def _probe_section(r: Report) -> list[str]:
             f"Roofline: {d.model.parameters / 1e6:.0f} M parameters, "
             f"{d.model.weight_bytes / 1e6:.0f} MB of weights read per decoding step{fit}; "
             f"measured copy bandwidth {d.device.memory_bandwidth_gbps:.1f} GB/s, so at least "
-            f"{_ms(v.decode_floor_ms)} per step; measured bf16 matmul "
+            f"{ms_text(v.decode_floor_ms)} per step; measured bf16 matmul "
             f"{d.device.matmul_tflops * 1000:.0f} GFLOP/s."
         )
     out += ["", "| stage | expected to pay off | why | budget share |", "| --- | --- | --- | --- |"]
@@ -489,7 +491,7 @@ def render_probe(p: Any) -> str:
         ("E2E", m.e2e_ms),
     ):
         cells = (d.mean, d.p50, d.p90, d.p95, d.p99)
-        lines.append("  " + name.ljust(22) + "".join(_ms(c).rjust(10) for c in cells))
+        lines.append("  " + name.ljust(22) + "".join(ms_text(c).rjust(10) for c in cells))
     if p.verdict is not None:
         lines.append(f"  SLOs ({'; '.join(p.slo)}): {_slo_verdict(p.verdict, m)}")
     d = p.diagnosis
@@ -500,14 +502,14 @@ def render_probe(p: Any) -> str:
             lines.append(f"  prefill rate: {d.prefill_rate_tokens_per_s:.0f} prompt tokens/s")
         for s in d.decode_sweep:
             lines.append(
-                f"  decode at concurrency {s.concurrency}: TPOT p50 {_ms(s.tpot_ms_p50)}, "
+                f"  decode at concurrency {s.concurrency}: TPOT p50 {ms_text(s.tpot_ms_p50)}, "
                 f"{s.output_tokens_per_s:.0f} tokens/s"
             )
         if d.device and d.model:
             lines.append(
                 f"  roofline: {d.model.weight_bytes / 1e6:.0f} MB of weights per decoded token; "
                 f"copy {d.device.memory_bandwidth_gbps:.1f} GB/s -> floor "
-                f"{_ms(v.decode_floor_ms)}/token; bf16 matmul "
+                f"{ms_text(v.decode_floor_ms)}/token; bf16 matmul "
                 f"{d.device.matmul_tflops * 1000:.0f} GFLOP/s"
             )
         for s in v.stages:
@@ -518,7 +520,7 @@ def render_probe(p: Any) -> str:
 def _slo_verdict(v: Verdict, m: LoadMetrics) -> str:
     """One point's verdict in words: each SLO's measured figure against its limit."""
     checks = ", ".join(
-        f"{c.metric} p{c.percentile} {_ms(c.measured_ms)} of {_ms(c.limit_ms)}"
+        f"{c.metric} p{c.percentile} {ms_text(c.measured_ms)} of {ms_text(c.limit_ms)}"
         for c in v.checks
         if c.percentile is not None
     )
@@ -555,7 +557,7 @@ def _hygiene(r: Report) -> list[str]:
                 seen.append(
                     f"{where}: the queue was still growing (TTFT +{m.ttft_drift_ms_per_s:.0f} ms "
                     f"per second of arrivals); judged as if the rate had been held "
-                    f"{HORIZON_S:.0f} s (+{_ms(m.projected_wait_ms)} of waiting)"
+                    f"{HORIZON_S:.0f} s (+{ms_text(m.projected_wait_ms)} of waiting)"
                 )
     if not seen:
         return []

@@ -5,24 +5,12 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
+from tuner.render import load_text, ms_text
 from tuner.report import Report
 
 
-def _ms(x: float) -> str:
-    return f"{x / 1000:.2f} s" if x >= 1000 else f"{x:.1f} ms"
-
-
-def short_load(load: dict[str, float] | None) -> str:
-    """``3.88 req/s`` or ``c=16``."""
-    if not load:
-        return "-"
-    if "rate_rps" in load:
-        return f"{load['rate_rps']:.3g} req/s"
-    return f"c={load.get('concurrency', 0):g}"
-
-
 def _slo_text(slos: list[Any]) -> str:
-    return "; ".join(f"p{s.percentile} {s.metric.upper()} <= {_ms(s.limit_ms)}" for s in slos)
+    return "; ".join(f"p{s.percentile} {s.metric.upper()} <= {ms_text(s.limit_ms)}" for s in slos)
 
 
 def rescore_lines(r: Report) -> list[str]:
@@ -43,7 +31,7 @@ def rescore_lines(r: Report) -> list[str]:
         gain = f", {x.gain_vs_baseline:.2f}x the baseline's" if x.gain_vs_baseline else ""
         lines.append(
             f"New best, UNCONFIRMED (a search figure): {name}, "
-            f"{x.best_tokens_per_s or 0:.0f} output tokens/s at {short_load(x.best_load)}{gain}."
+            f"{x.best_tokens_per_s or 0:.0f} output tokens/s at {load_text(x.best_load)}{gain}."
         )
     lines += [f"Cannot say: {u}." for u in x.unanswerable]
     if x.confirm_command:
