@@ -77,20 +77,22 @@ def _trial(
     if not t.points or t.status in ("failed", "no_effect"):
         return t, []
     axis = _axis(report)
-    points, samples = [], []
+    # The estimate takes every sample the run kept of the trial (a confirmation at one of its
+    # loads included, as the run's own estimate did); the points' records where none was kept.
+    kept = FolderStore(run_dir).all_samples(t.number)
+    derive = len(kept) < len(t.points)
+    points, derived = [], []
     for p in t.points:
         records = read_records(_records_path(run_dir, t, p))
         x = float(p.load[axis.key])
         metrics = summarize(records, slos, p.metrics.client_cpu_pct)
         metrics = metrics.model_copy(update={k: getattr(p.metrics, k) for k in CARRIED})
         judged = judge_point(metrics, records, axis.kind, slos, max_error_rate)
-        window = score_window(axis.kind, x, len(records), metrics)
-        samples.append(Samples.from_records(x, judged.records, window))
+        if derive:
+            window = score_window(axis.kind, x, len(records), metrics)
+            derived.append(Samples.from_records(x, judged.records, window))
         points.append(p.model_copy(update={"metrics": metrics, "verdict": judged.verdict}))
-    # The estimate takes every sample the run kept of the trial (a confirmation at one of its
-    # loads included, as the run's own estimate did); the points' records where none was kept.
-    kept = FolderStore(run_dir).all_samples(t.number)
-    samples = kept if len(kept) >= len(samples) else samples
+    samples = derived if derive else kept
     seed = int(report.options.get("seed", 0)) + t.number
     est = estimate(samples, constraints(slos, max_error_rate), seed=seed)
     update: dict[str, Any] = {"points": points, "estimate": est}
