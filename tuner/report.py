@@ -69,6 +69,10 @@ class TrialReport(Strict):
     # against load crosses the SLOs (tuner/estimate.py); ``estimate`` has its 90 % interval.
     score_tokens_per_s: float | None = None
     load: dict[str, float] | None = None  # that capacity (fractional: it is interpolated)
+    # The score its stage's search told Optuna (the trial's value in optuna.journal). Points
+    # measured later, side by side with a newer trial or in the confirmation, move
+    # ``score_tokens_per_s``; a finished Optuna trial keeps what it was told.
+    told_tokens_per_s: float | None = None
     # The point measured closest under the capacity (without a score: the last point)
     metrics: LoadMetrics | None = None
     estimate: CapacityEstimate | None = None

@@ -136,9 +136,11 @@ def search(st: RunState, ev: Evaluator) -> None:
             t = ev.evaluate(n, stage_name, {**carried, **params})
             st.trials.append(t)
             numbers.append(n)
+            told = outcome(t)
+            t.told_tokens_per_s = told.score if told.status == "ok" else None
             if shared is not None and handle is not None:
                 shared.publish(handle, worker.trial_doc(st, t))
-            return outcome(t)
+            return told
 
         st.say(f"stage {name}: up to {n_trials} configurations ({why})")
         st.doing.stage, st.doing.stage_trials, st.doing.stage_started = name, n_trials, 0

@@ -37,7 +37,8 @@ api.tune(TuneOptions(
     model="smollm2-135m", slos=parse_slos(["ttft=20s"]),
     workload=parse_workload("synthetic:input=64,output=16"), trials=1,
     output_dir=Path(sys.argv[1]), space_file=Path(sys.argv[2]), stages=["batching"],
-    probe=False, load_model="concurrency", start_concurrency=4, max_concurrency=8,
+    probe=False, side_by_side=False, load_model="concurrency", start_concurrency=4,
+    max_concurrency=8,
     search_min_requests=12, search_requests_per_slot=2, confirm_requests=24,
     startup_timeout_s=400,
 ), progress=lambda m: print(m, flush=True))
