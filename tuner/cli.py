@@ -11,31 +11,26 @@ writing what it measured; a failed run exits 1.
 from __future__ import annotations
 
 import re
-import signal
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, NoReturn
+from typing import TYPE_CHECKING, Annotated
 
 import typer
+
+from tuner.cli_common import DEFAULT_WORKLOAD, fail, finish
 
 if TYPE_CHECKING:
     from tuner.report import Report
 
 DEFAULT_SLO = "ttft=2s"
-DEFAULT_WORKLOAD = "synthetic:input=128,output=64"
+
 
 app = typer.Typer(
     add_completion=False,
     no_args_is_help=False,
     help="Tune an LLM inference server for the highest throughput under latency SLOs.",
 )
-
-
-def fail(msg: str, code: int = 2) -> NoReturn:
-    typer.echo(f"autotune: error: {msg}", err=True)
-    raise typer.Exit(code)
 
 
 def parse_duration(text: str) -> float:
@@ -286,25 +281,7 @@ def _run_tuning(call: Callable[[], tuple[Report, Path]], as_json: bool = False) 
         raise typer.Exit(130) from None
     finally:
         restore()
-    _finish(report, out_dir, as_json)
-
-
-def _finish(report: Report, out_dir: Path, as_json: bool = False) -> None:
-    """The summary (text, or --json's object) and the exit code (tuner/summary.py)."""
-    import json
-
-    from tuner.render import render_summary
-    from tuner.summary import INTERRUPTED, OK, exit_code, summary
-
-    if as_json:
-        typer.echo(json.dumps(summary(report, out_dir)))
-    else:
-        typer.echo(render_summary(report, str(out_dir)))
-    code = exit_code(report)
-    if code == INTERRUPTED:
-        typer.echo(f"autotune: continue it with: autotune --resume {out_dir}", err=True)
-    if code != OK:
-        raise typer.Exit(code)
+    finish(report, out_dir, as_json)
 
 
 def _resume(ctx: typer.Context, run_dir: Path, as_json: bool = False) -> None:
@@ -328,215 +305,17 @@ def _resume(ctx: typer.Context, run_dir: Path, as_json: bool = False) -> None:
     _run_tuning(lambda: api.resume(run_dir, Display()), as_json)
 
 
-@app.command("probe")
-def probe_cmd(
-    model: Annotated[str | None, typer.Option(help="start this model (else --endpoint)")] = None,
-    endpoint: Annotated[
-        str | None,
-        typer.Option(help="a running OpenAI-compatible server's root URL (with or without /v1)"),
-    ] = None,
-    served_model: Annotated[
-        str | None,
-        typer.Option(
-            help="the model name the endpoint serves [default: what /v1/models lists first]"
-        ),
-    ] = None,
-    engine: Annotated[str, typer.Option(help="engine to start with --model")] = "vllm",
-    param: Annotated[
-        list[str],
-        typer.Option(help="knob=value of the engine's search space, for --model; repeatable"),
-    ] = [],  # noqa: B006
-    workload: Annotated[
-        str, typer.Option(help="synthetic:input=N,output=M or a .jsonl file")
-    ] = DEFAULT_WORKLOAD,
-    concurrency: Annotated[int | None, typer.Option(help="closed-loop concurrency")] = None,
-    rate: Annotated[float | None, typer.Option(help="open-loop Poisson rate, requests/s")] = None,
-    requests: Annotated[int, typer.Option(help="measured requests")] = 200,
-    warmup: Annotated[int, typer.Option(help="warm-up requests, discarded")] = 8,
-    tokenizer: Annotated[
-        str | None,
-        typer.Option(
-            help="tokenizer folder or id [default: the model folder, else the served name]"
-        ),
-    ] = None,
-    diagnose: Annotated[
-        bool,
-        typer.Option(
-            help="add the sweeps: prefill rate, decode scaling, phase split, roofline, verdict"
-        ),
-    ] = False,
-    slo: Annotated[
-        list[str],
-        typer.Option(
-            help="judge the point against these SLOs (ttft@p99=2s, ...), the percentile's "
-            "sample-size rule included; repeatable"
-        ),
-    ] = [],  # noqa: B006
-    json_path: Annotated[Path | None, typer.Option("--json", help="write the result here")] = None,
-    output: Annotated[Path, typer.Option(help="folder for the server log")] = Path("results"),
-) -> None:
-    """Measure one load on a server, TTFT and time per token apart; --diagnose says where the
-    time goes and which tuning stages can pay off."""
-    from probes.slo import SLOError, parse_slos
-    from probes.workload import WorkloadError, parse_workload
+def _register() -> None:
+    """The commands of their own modules; the root command (tuning) is this one's."""
+    from tuner.cli_probe import probe_cmd
+    from tuner.cli_runs import compare_cmd, report_cmd
 
-    if (model is None) == (endpoint is None):
-        fail("give either --model (to start a server) or --endpoint (a running one)")
-    if concurrency is not None and rate is not None:
-        fail("give --concurrency or --rate, not both")
-    if concurrency is not None and concurrency < 1:
-        fail(f"--concurrency must be >= 1, got {concurrency}")
-    if rate is not None and rate <= 0:
-        fail(f"--rate must be > 0, got {rate}")
-    if requests < 1 or warmup < 0:
-        fail("--requests must be >= 1 and --warmup >= 0")
-    if param and model is None:
-        fail("--param goes with --model: an endpoint's settings are not autotune's to change")
-    try:
-        wl = parse_workload(workload)
-        slos = parse_slos(slo) if slo else None
-    except (WorkloadError, SLOError) as exc:
-        fail(str(exc))
-    from tuner.probe_run import ProbeError, parse_params, probe
-    from tuner.render import render_probe
-
-    # SIGTERM runs Ctrl-C's clean-up while the command runs; the caller's handler comes back
-    # after (a test runner in the same process keeps its own).
-    from tuner.stop import sigterm
-
-    previous = signal.signal(signal.SIGTERM, sigterm)
-    try:
-        result = probe(
-            workload=wl,
-            model=model,
-            engine=engine,
-            params=parse_params(param),
-            endpoint=endpoint,
-            served_model=served_model,
-            concurrency=concurrency,
-            rate_rps=rate,
-            requests=requests,
-            warmup=warmup,
-            tokenizer=tokenizer,
-            diagnose=diagnose,
-            slos=slos,
-            out_dir=output / "probe",
-            progress=lambda m: typer.echo(m, err=True),
-        )
-    except ProbeError as exc:
-        fail(str(exc))
-    except KeyboardInterrupt:
-        typer.echo("autotune: interrupted", err=True)
-        raise typer.Exit(130) from None
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-    typer.echo(render_probe(result))
-    if json_path is not None:
-        from tuner.report import dump_json, write_atomic
-
-        write_atomic(json_path, dump_json(result))
-        typer.echo(f"probe: wrote {json_path}", err=True)
+    app.command("probe")(probe_cmd)
+    app.command("report")(report_cmd)
+    app.command("compare")(compare_cmd)
 
 
-@app.command("report")
-def report_cmd(
-    run_dir: Annotated[
-        Path | None, typer.Argument(help="a run folder: render it again, or re-score it with --slo")
-    ] = None,
-    slo: Annotated[
-        list[str],
-        typer.Option(
-            help="re-score every recorded trial under these SLOs (ttft@p90=1s, tpot=50ms, ...) "
-            "without measuring again; repeatable"
-        ),
-    ] = [],  # noqa: B006
-    max_error_rate: Annotated[
-        float | None, typer.Option(help="with --slo: the error-rate limit [default: the run's]")
-    ] = None,
-    fmt: Annotated[
-        str, typer.Option("--format", help="files to write: md, html, json, comma-separated")
-    ] = "md,html,json",
-    storage: Annotated[
-        str | None, typer.Option(help="a shared study's database URL (instead of RUN_DIR)")
-    ] = None,
-    study: Annotated[str | None, typer.Option(help="the shared study's name")] = None,
-    output: Annotated[
-        Path, typer.Option(help="with --storage: folder for <study>/report.*")
-    ] = Path("results"),
-) -> None:
-    """Render a run's report again, re-score it under other SLOs from its per-request records
-    (--slo), or build a shared study's report (--storage, --study)."""
-    from tuner import api
-
-    formats = {f.strip() for f in fmt.split(",") if f.strip()}
-    if not formats or formats - {"md", "html", "json"}:
-        fail(f"--format {fmt!r}: give md, html or json, comma-separated")
-    if (run_dir is None) == (storage is None):
-        fail("give a run folder, or --storage URL --study NAME for a shared study")
-    if storage is not None:
-        if study is None or slo:
-            fail("--storage goes with --study NAME (and no --slo)")
-        try:
-            report, folder = api.shared_report(storage, study, output)
-        except api.UserError as exc:
-            fail(str(exc))
-        _finish(report, folder)
-        return
-    assert run_dir is not None
-    if max_error_rate is not None and not 0 <= max_error_rate < 1:
-        fail(f"--max-error-rate must be in [0, 1), got {max_error_rate}")
-    try:
-        report, folder = api.render_run(run_dir, slo, max_error_rate, formats)
-    except api.UserError as exc:
-        fail(str(exc))
-    from tuner.render import render_summary
-    from tuner.render_rescore import render_rescore_summary
-
-    text = (
-        render_rescore_summary(report) if report.rescored else render_summary(report, str(folder))
-    )
-    typer.echo(text)
-    typer.echo(f"autotune: wrote {', '.join(sorted(formats))} in {folder}", err=True)
-
-
-@app.command("compare")
-def compare_cmd(
-    run_dirs: Annotated[list[Path], typer.Argument(help="run folders (two or more)")],
-    price: Annotated[
-        list[str],
-        typer.Option(
-            help="NAME=USD_PER_HOUR: the price of the machine a run measured (NAME: its folder "
-            "name, run id or hostname); repeatable"
-        ),
-    ] = [],  # noqa: B006
-    output: Annotated[
-        Path | None,
-        typer.Option(
-            help="folder for compare.md and compare.html [default: results/compare-<time>]"
-        ),
-    ] = None,
-) -> None:
-    """Compare runs across machines under one SLO, with the cost of a million output tokens."""
-    from tuner.compare_page import render_html, render_markdown
-    from tuner.compare_runs import CompareError, compare, parse_prices
-    from tuner.report import write_atomic
-    from tuner.rescore import RescoreError
-
-    if len(run_dirs) < 2:
-        fail("give two or more run folders to compare")
-    for d in run_dirs:
-        if not (d / "report.json").is_file():
-            fail(f"{d} is not an autotune run folder (no report.json)")
-    try:
-        result = compare(run_dirs, parse_prices(price))
-    except (CompareError, RescoreError) as exc:
-        fail(str(exc))
-    folder = output or Path("results") / time.strftime("compare-%Y%m%d-%H%M%S")
-    md = render_markdown(result)
-    write_atomic(folder / "compare.md", md.encode())
-    write_atomic(folder / "compare.html", render_html(result).encode())
-    typer.echo(md)
-    typer.echo(f"autotune: wrote compare.md and compare.html in {folder}", err=True)
+_register()
 
 
 def main() -> None:

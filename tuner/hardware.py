@@ -41,7 +41,8 @@ class Hardware(BaseModel):
     def label(self) -> str:
         if self.gpus:
             return f"{len(self.gpus)}x {self.gpus[0].name}"
-        return f"{self.cpu_model}, {self.cpu_count} cores, {self.memory_gib:.0f} GiB"
+        cores = f"{self.cpu_count} core{'' if self.cpu_count == 1 else 's'}"
+        return f"{self.cpu_model}, {cores}, {self.memory_gib:.0f} GiB"
 
 
 def _lscpu() -> dict[str, str]:

@@ -211,11 +211,24 @@ class Report(Strict):
     rescored: Rescored | None = None  # set on a re-score (autotune report RUN_DIR --slo)
 
 
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+# Read once, at import (os.umask can only be read by setting it).
+UMASK = _umask()
+
+
 def write_atomic(path: Path, data: bytes) -> None:
-    """Write to a temporary file beside ``path``, then rename over it."""
+    """Write to a temporary file beside ``path``, then rename over it. The file gets the
+    mode a plain ``open`` would give it (mkstemp's own is 0600: a report nobody else could
+    read)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
+        os.fchmod(fd, 0o666 & ~UMASK)
         with os.fdopen(fd, "wb") as f:
             f.write(data)
         os.replace(tmp, path)

@@ -159,3 +159,15 @@ def test_a_folder_store_refuses_another_schema(tmp_path: Path) -> None:
     (tmp_path / "run.json").write_text("{not json")
     with pytest.raises(StoreError, match="cannot be read"):
         s.load_meta()
+
+
+def test_files_written_atomically_get_the_mode_open_gives(tmp_path: Path) -> None:
+    import os
+
+    from tuner.report import UMASK, write_atomic
+
+    write_atomic(tmp_path / "report.json", b"{}")
+    (tmp_path / "plain").write_bytes(b"{}")
+    mode = (tmp_path / "report.json").stat().st_mode & 0o777
+    assert mode == (tmp_path / "plain").stat().st_mode & 0o777 == 0o666 & ~UMASK
+    assert sorted(os.listdir(tmp_path)) == ["plain", "report.json"]  # no temporary file left
