@@ -9,14 +9,6 @@ import pytest
 pytest_plugins = ["tests.postgres"]
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Under pytest-xdist's ``--dist loadgroup`` (scripts/test.sh), the tests that start real
-    engines run one at a time on one worker, while the other workers run the unit tests."""
-    for item in items:
-        if item.get_closest_marker("integration") is not None:
-            item.add_marker(pytest.mark.xdist_group("engines"))
-
-
 @pytest.fixture(scope="session")
 def fake_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The folder of one complete run on the fake engine of test_runner (a real process, real
