@@ -10,15 +10,11 @@ from plotly.subplots import make_subplots
 
 from tuner.compare_runs import Comparison, RunRow
 from tuner.html import CONFIG, CSS, esc
-from tuner.render import ms_text
+from tuner.text import ms_text, slo_text
 
 
 def _num(x: float | None, fmt: str) -> str:
     return "-" if x is None else format(x, fmt)
-
-
-def _slo(c: Comparison) -> str:
-    return "; ".join(f"p{s.percentile} {s.metric.upper()} <= {ms_text(s.limit_ms)}" for s in c.slo)
 
 
 HEAD = [
@@ -45,7 +41,7 @@ def _cells(c: Comparison, r: RunRow) -> list[str]:
 def render_markdown(c: Comparison) -> str:
     out = ["# autotune: runs compared", ""]
     out += [f"**{w}**" for w in c.warnings] + ([""] if c.warnings else [])
-    out += [f"Common SLO: {_slo(c)}.", ""]
+    out += [f"Common SLO: {slo_text(c.slo)}.", ""]
     out.append("| " + " | ".join(HEAD) + " |")
     out.append("|" + " --- |" * len(HEAD))
     out += ["| " + " | ".join(_cells(c, r)) + " |" for r in c.rows]
@@ -111,7 +107,7 @@ def render_html(c: Comparison) -> str:
         f"<title>autotune: runs compared</title><style>{CSS}</style>"
         f"<script>{get_plotlyjs()}</script></head><body>"
         f"<h1>autotune: runs compared</h1>{warn}"
-        f'<p class="sub">Common SLO: {esc(_slo(c))}</p>'
+        f'<p class="sub">Common SLO: {esc(slo_text(c.slo))}</p>'
         f'<table id="answer"><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>'
         f'<div class="plot" data-figure="compare">{plot}</div></body></html>\n'
     )

@@ -21,9 +21,9 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from probes.slo import LatencySLO, SLOSet
-from tuner.render import load_text
 from tuner.report import Report, SLOReport
 from tuner.rescore import rescore
+from tuner.text import load_text
 
 
 class CompareError(Exception):

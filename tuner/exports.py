@@ -27,8 +27,8 @@ from typing import Any
 
 import yaml
 
-from tuner.render import load_text
 from tuner.report import Report, TrialReport, write_atomic
+from tuner.text import load_text
 
 CONFIG_FILE = "recommended.vllm.yaml"
 ENV_FILE = "recommended.env"

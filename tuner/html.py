@@ -17,7 +17,7 @@ import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 from plotly.subplots import make_subplots
 
-from tuner.render import ms_text
+from tuner.text import ms_text
 from tuner.views import Point, ReportView
 
 COLORS = [

@@ -10,14 +10,9 @@ from probes.drift import HORIZON_S
 from probes.exactness import describe
 from probes.metrics import Dist, LoadMetrics
 from probes.quality import QualityCheck
+from tuner.render_rescore import rescored_section
 from tuner.report import Report, StageReport, TrialReport
-
-
-def ms_text(x: float | None) -> str:
-    """``850.0 ms`` or ``1.25 s``; ``-`` for none."""
-    if x is None:
-        return "-"
-    return f"{x / 1000:.2f} s" if x >= 1000 else f"{x:.1f} ms"
+from tuner.text import load_text, ms_text, slo_text
 
 
 def _lat(d: Dist) -> str:
@@ -37,16 +32,6 @@ def _params(p: dict[str, Any], defaults: dict[str, Any] | None = None) -> str:
 
 def shell_command(argv: list[str], env: dict[str, str]) -> str:
     return " ".join([*(f"{k}={shlex.quote(v)}" for k, v in env.items()), *map(shlex.quote, argv)])
-
-
-def load_text(load: dict[str, float] | None) -> str:
-    """``c=24`` (closed loop) or ``2.45 req/s`` (open-loop rate); ``-`` without a load."""
-    if not load:
-        return "-"
-    if "concurrency" in load:
-        c = load["concurrency"]
-        return f"c={c:.3g}" if c != int(c) else f"c={int(c)}"
-    return f"{load['rate_rps']:.3g} req/s"
 
 
 def _interval(e: Any) -> str:
@@ -204,7 +189,7 @@ def render_markdown(r: Report) -> str:
         f"Run `{r.run_id}` ({r.status}), {r.created_at}. {r.engine_version} on "
         f"{r.hardware.label}. Workload `{r.workload.get('spec') or r.workload.get('path')}`."
     )
-    slos = "; ".join(f"p{s.percentile} {s.metric.upper()} <= {ms_text(s.limit_ms)}" for s in r.slo)
+    slos = slo_text(r.slo)
     q = r.quality_slo or {}
     quality = ""
     if "max_degradation_pct" in q:
@@ -223,8 +208,6 @@ def render_markdown(r: Report) -> str:
             f"**Load**: {model}; capacity in {r.load.get('unit')}. Salt `{r.salt}`.{nb}",
             "",
         ]
-    from tuner.render_rescore import rescored_section
-
     out += rescored_section(r)
     rec = r.recommended
     base = r.baseline

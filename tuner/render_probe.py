@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from probes.metrics import LoadMetrics, Verdict
-from tuner.render import ms_text
+from tuner.text import ms_text
 
 
 def render_probe(p: Any) -> str:

@@ -3,14 +3,9 @@
 from __future__ import annotations
 
 import shlex
-from typing import Any
 
-from tuner.render import load_text, ms_text
 from tuner.report import Report
-
-
-def _slo_text(slos: list[Any]) -> str:
-    return "; ".join(f"p{s.percentile} {s.metric.upper()} <= {ms_text(s.limit_ms)}" for s in slos)
+from tuner.text import load_text, slo_text
 
 
 def rescore_lines(r: Report) -> list[str]:
@@ -21,8 +16,8 @@ def rescore_lines(r: Report) -> list[str]:
         return []
     was = f"trial {x.from_recommended}" if x.from_recommended is not None else "nothing"
     lines = [
-        f"Re-scored from the recorded requests under {_slo_text(r.slo)} (measured under "
-        f"{_slo_text(x.from_slo)}, where the run recommended {was}); nothing was measured again.",
+        f"Re-scored from the recorded requests under {slo_text(r.slo)} (measured under "
+        f"{slo_text(x.from_slo)}, where the run recommended {was}); nothing was measured again.",
     ]
     if x.best_trial is None:
         lines.append("No recorded configuration meets these SLOs at any load measured.")
