@@ -57,6 +57,7 @@ def snapshot(st: RunState, trial: TrialReport) -> Checkpoint:
         stage_reports=st.stage_reports,
         comparisons=st.comparisons,
         baseline_confirmed=st.baseline_confirmed,
+        trial_confirmed=st.trial_confirmed,
         notes=st.notes,
         diagnosis=st.diagnosis,
         probe_s=st.probe_s,
@@ -102,6 +103,7 @@ def restore_findings(st: RunState, cp: Checkpoint) -> None:
     probe and the quality gate's reference (also what a shared study's workers take from the
     one that measured the baseline, tuner/worker.py)."""
     st.baseline_confirmed = cp.baseline_confirmed
+    st.trial_confirmed = cp.trial_confirmed
     st.notes = list(cp.notes)
     st.diagnosis = cp.diagnosis
     st.probe_s = cp.probe_s

@@ -37,11 +37,16 @@ def confirm_on(
     label: str,
     *,
     baseline: bool = False,
+    reserve_s: float | None = None,
 ) -> Recommendation | None:
     """Confirm a configuration on a running server (tuner/confirm.py): its load with headroom,
-    the full sample, refined within the budget. The baseline's confirmation keeps the time one
-    trial and the final confirmation need, and has two tries at most under a budget. None when
-    the budget has no room for even one full-size try."""
+    the full sample, refined within the budget.
+
+    The baseline's confirmation is full-size or not made (a gain divides by it, and a figure
+    from fewer requests than the percentile needs is not divided by), has two tries at most
+    under a budget, and keeps ``reserve_s`` back: by default what one trial and the final
+    confirmation need, right after the baseline's search. None when the budget has no room for
+    one full-size try (the baseline's is then put off: ``confirm_baseline_late``)."""
     assert st.measurer is not None
     measurer, axis, opts = st.measurer, st.axis, st.opts
     rps = trial.metrics.requests_per_s if trial.metrics else 1.0
@@ -51,9 +56,17 @@ def confirm_on(
     points = st.samples.get(trial.number, [])
     first = target_load(points, st.cons, axis, opts.headroom, margin)
     budgeted = opts.time_budget_s is not None
-    reserve = sizing.trial_min_s(st) + sizing.confirm_estimate_s(st) if baseline else 0.0
+    if reserve_s is None:
+        reserve_s = (
+            sizing.trial_min_s(st, trial) + sizing.confirm_estimate_s(st, best=trial)
+            if baseline
+            else 0.0
+        )
+    reserve = reserve_s
 
     def n_for(x: float) -> int:
+        if baseline:  # never cut to the time left: a try fits whole, or is not made
+            return sizing.n_confirm_fit(st, x, rps)
         left = st.budget.left(10.0 + reserve)
         return sizing.n_confirm_fit(st, x, rps, left if math.isfinite(left) else None)
 
@@ -64,12 +77,10 @@ def confirm_on(
         return n_for(x) / max(per_s, 1e-3) + e2e_s
 
     if budgeted and baseline and not st.budget.fits(try_s(first), reserve):
-        st.notes.append(
-            f"the time budget left no room to confirm the baseline (about {try_s(first):.0f} s "
-            "for one try): its figure is the search estimate, and no gain is divided across a "
-            "confirmed and an unconfirmed figure"
+        st.say(
+            f"{label}: not now (time budget: one try needs about {try_s(first):.0f} s, and "
+            f"a trial and its confirmation about {reserve:.0f} s more)"
         )
-        st.say(f"{label}: skipped (time budget)")
         return None
     cdir.mkdir(parents=True, exist_ok=True)
 
@@ -198,8 +209,10 @@ def _baseline_recommended(base: Recommendation, why: str) -> Recommendation:
 
 
 def recommend(st: RunState, ev: Evaluator) -> None:
-    """Confirm the search's best configuration on a fresh start; set ``st.recommended``."""
-    axis = st.axis
+    """Confirm the search's best configuration (on a fresh start, unless it was confirmed on
+    its own server after its search because the budget held no restart); set
+    ``st.recommended``, with the gain over the baseline's confirmation (made here if the
+    budget put it off)."""
     best = st.best()
     if best is None or best.load is None:
         st.say("no configuration met the SLOs at any load: nothing to recommend")
@@ -208,9 +221,53 @@ def recommend(st: RunState, ev: Evaluator) -> None:
     base = st.baseline_confirmed
     if best.number == 0 and base is not None:
         # Nothing beat the baseline, and it was confirmed on its own fresh start already.
-        tries = ", ".join(axis.label(float(t.load[axis.key])) for t in base.tries)
-        st.recommended = _baseline_recommended(base, f": {tries}")
+        st.recommended = _baseline_recommended(base, f": {_loads(st, base)}")
         return
+    placed = st.trial_confirmed
+    if placed is not None and placed.from_trial == best.number:
+        rec = placed.model_copy()
+        rec.confirmation = (
+            f"trial {best.number}'s own start from its launch command, confirmed after its "
+            f"search (the time budget held no restart): {len(rec.tries)} full-size tries "
+            f"({_loads(st, rec)}); the claim is the highest that met every SLO"
+        )
+    else:
+        fresh = _confirm_fresh(st, ev, best)
+        if fresh is None:
+            return
+        rec = fresh
+    if base is None and best.number != 0:
+        base = confirm_baseline_late(st, ev)
+    if base is not None and weaker_than(rec, base):
+        # Measured the same way (full sample, fresh start, the headroom), the baseline's claim
+        # is the stronger: recommend it, and say what the winner confirmed.
+        st.notes.append(
+            f"trial {rec.from_trial} led the search, but its confirmation "
+            f"({rec.metrics.output_tokens_per_s:.0f} output tokens/s at "
+            f"{axis_label(st, rec)}) came out below the baseline's "
+            f"({base.metrics.output_tokens_per_s:.0f} at {axis_label(st, base)}): the "
+            "baseline is recommended"
+        )
+        st.say(f"confirmation: below the confirmed baseline; {st.notes[-1]}")
+        st.recommended = _baseline_recommended(
+            base, f"; trial {rec.from_trial}'s confirmation came out lower"
+        )
+        return
+    _set_gain(st, rec, base, best)
+    st.recommended = rec
+
+
+def _loads(st: RunState, rec: Recommendation) -> str:
+    return ", ".join(st.axis.label(float(t.load[st.axis.key])) for t in rec.tries)
+
+
+def axis_label(st: RunState, rec: Recommendation) -> str:
+    return st.axis.label(float(rec.load[st.axis.key]))
+
+
+def _confirm_fresh(st: RunState, ev: Evaluator, best: TrialReport) -> Recommendation | None:
+    """``best`` started again from its launch command, warmed up and confirmed."""
+    axis = st.axis
     # Its own launch command; in a shared study built again from its settings here (another
     # worker, maybe on another machine, measured it).
     spec = (
@@ -229,34 +286,60 @@ def recommend(st: RunState, ev: Evaluator) -> None:
         what = "the engine died" if isinstance(exc, EngineDied) else "failed to start"
         st.notes.append(f"confirmation: {what}: {exc}; nothing is recommended")
         st.say(f"confirmation: {what}: {exc}")
-        return
+        return None
     if rec is None:
-        return
-    if base is not None and weaker_than(rec, base):
-        # Measured the same way (full sample, fresh start, the headroom), the baseline's claim
-        # is the stronger: recommend it, and say what the winner confirmed.
-        st.notes.append(
-            f"trial {rec.from_trial} led the search, but its confirmation "
-            f"({rec.metrics.output_tokens_per_s:.0f} output tokens/s at "
-            f"{axis.label(float(rec.load[axis.key]))}) came out below the baseline's "
-            f"({base.metrics.output_tokens_per_s:.0f} at "
-            f"{axis.label(float(base.load[axis.key]))}): the baseline is recommended"
-        )
-        st.say(f"confirmation: below the confirmed baseline; {st.notes[-1]}")
-        st.recommended = _baseline_recommended(
-            base, f"; trial {rec.from_trial}'s confirmation came out lower"
-        )
-        return
-    loads = ", ".join(axis.label(float(t.load[axis.key])) for t in rec.tries)
+        return None
     rec.confirmation = (
         f"engine restarted from launch_command, warmed up, then {len(rec.tries)} full-size "
-        f"tries ({loads}); the claim is the highest that met every SLO"
+        f"tries ({_loads(st, rec)}); the claim is the highest that met every SLO"
         if spec
         else "the running endpoint (not restarted: autotune does not manage it), warmed up, "
         f"then {rec.n_requests} requests"
     )
-    _set_gain(st, rec, base, best)
-    st.recommended = rec
+    return rec
+
+
+def confirm_baseline_late(st: RunState, ev: Evaluator) -> Recommendation | None:
+    """The baseline's confirmation that the budget put off after its search (so that a trial
+    would fit): on a fresh start of the baseline after the recommendation's confirmation,
+    when a start, a warm-up and one full-size try still fit. Sets ``st.baseline_confirmed``."""
+    b = st.baseline
+    opts = st.opts
+    if b is None or b.status != "ok" or b.metrics is None or b.load is None:
+        return None
+    if not (opts.confirm_baseline and st.launches and opts.time_budget_s is not None):
+        return None
+    need = sizing.start_estimate_s(st) + 30.0 + sizing.confirm_try_s(st, b)
+    if not st.budget.fits(need):
+        st.notes.append(
+            f"the time budget left no room to confirm the baseline (about {need:.0f} s for a "
+            "start and one full-size try, after the recommendation's): its figure is its "
+            "search estimate, and no gain is divided across a confirmed and an unconfirmed "
+            "figure"
+        )
+        st.say("baseline confirmation: skipped (time budget)")
+        return None
+    spec = ev.target.relaunch(b) if st.shared is None else ev.target.spec(b.params, True)
+    tdir = st.trial_dir(0)
+    assert st.measurer is not None
+    st.say("baseline confirmation: starting the baseline again (put off to make room for a trial)")
+    try:
+        with ev.target.server(spec, tdir / "server-confirmation.log") as server:
+            st.measurer.warmup(server, st.axis.floor(st.load_of(b) or 1.0), st.model_path)
+            base = confirm_on(
+                st, ev, server, b, tdir, "baseline confirmation", baseline=True, reserve_s=0.0
+            )
+    except EngineStartError as exc:
+        st.notes.append(f"baseline confirmation: {exc}; no gain is computed")
+        st.say(f"baseline confirmation: {exc}")
+        return None
+    if base is not None:
+        base.confirmation = (
+            "the baseline started again from its launch command after the recommendation's "
+            f"confirmation (the budget put it off to make room for a trial): {_loads(st, base)}"
+        )
+    st.baseline_confirmed = base
+    return base
 
 
 def _set_gain(

@@ -9,6 +9,7 @@ search should stop. Reads the run's state; writes only the budget's stage deadli
 from __future__ import annotations
 
 import math
+import statistics
 
 from tuner.report import TrialReport
 from tuner.state import RunState
@@ -63,15 +64,29 @@ def trial_estimate_s(st: RunState) -> float:
     return sum(walls) / len(walls) if walls else 180.0
 
 
-def trial_min_s(st: RunState) -> float:
+def start_estimate_s(st: RunState, also: TrialReport | None = None) -> float:
+    """What starting one more configuration takes: the median start after the run's first,
+    else the first (``also``: one being measured, not in the run's lists yet). The first
+    start on a machine fills the compile cache the later ones load from (a fresh 2-core AMD
+    machine: 122 s, then 42-59 s for every configuration after it), so the first alone
+    overstates the rest; it is all there is to go on until a second."""
+    done = st.measured()
+    with_also = [*done, also] if also is not None and all(t is not also for t in done) else done
+    starts = [t.startup_s for t in with_also if t.startup_s is not None]
+    if len(starts) > 1:
+        return statistics.median(starts[1:])
+    return starts[0] if starts else 60.0
+
+
+def trial_min_s(st: RunState, best: TrialReport | None = None) -> float:
     """The least a trial needs to be worth starting: a start, a warm-up and one load point at
     the best configuration's load. The capacity search stops on its own when more points would
     eat the confirmation's time (``points_time_left``), so this, not a whole trial (a slow
     static baseline's eight minutes, say), is what the budget must hold."""
     measured = [t for t in st.measured() if t.startup_s is not None]
-    startup = sum(t.startup_s or 0.0 for t in measured) / len(measured) if measured else 60.0
+    startup = start_estimate_s(st, best)
     warmup = sum(t.warmup_s or 0.0 for t in measured) / len(measured) if measured else 30.0
-    best = st.best()
+    best = best or st.best()
     if best is None or best.metrics is None or not best.load:
         return startup + warmup + 60.0
     x = st.load_of(best) or 1.0
@@ -79,29 +94,63 @@ def trial_min_s(st: RunState) -> float:
     return startup + warmup + point
 
 
-def confirm_estimate_s(st: RunState) -> float:
-    """What the final confirmation needs: a start, a warm-up and two full-size tries (the
-    first at the fitted headroom load is at the edge of the noise often enough that a second,
-    lower one must fit)."""
-    best = st.best()
+def confirm_try_s(st: RunState, best: TrialReport | None = None) -> float:
+    """One full-size confirmation try of the best configuration (or of ``best``): its arrivals
+    (or its requests at the measured rate), then the last ones' lifetime. 0 before anything
+    was measured."""
+    best = best or st.best()
     if best is None or best.metrics is None:
         return 0.0
-    x = st.load_of(best) or 1.0
-    rps = max(best.metrics.requests_per_s, 1e-3)
-    per_s = x if st.axis.kind == "rate" else rps
-    e2e_s = (best.metrics.e2e_ms.p50 or 0.0) / 1000.0
-    one_try = n_confirm_fit(st, x, rps) / max(per_s, 1e-3) + e2e_s
-    return (best.startup_s or 60.0) + 30.0 + 2 * one_try
+    m = best.metrics
+    return _try_s(st, st.load_of(best) or 1.0, m.requests_per_s, m.e2e_ms.p50)
+
+
+def _try_s(st: RunState, x: float, rps: float, e2e_ms: float | None) -> float:
+    per_s = x if st.axis.kind == "rate" else max(rps, 1e-3)
+    return n_confirm_fit(st, x, max(rps, 1e-3)) / max(per_s, 1e-3) + (e2e_ms or 0.0) / 1000.0
+
+
+def confirm_estimate_s(st: RunState, fresh: bool = True, best: TrialReport | None = None) -> float:
+    """What the final confirmation needs: a start and a warm-up (``fresh``; not on the
+    trial's own server) and two full-size tries of the best configuration (or of ``best``):
+    the first, at the fitted headroom load, is at the edge of the noise often enough that a
+    second, lower one must fit."""
+    tries = 2 * confirm_try_s(st, best)
+    if (best or st.best()) is None or not fresh:
+        return tries
+    return start_estimate_s(st, best) + 30.0 + tries
+
+
+def another_trial_fits(st: RunState, best: TrialReport | None = None) -> bool:
+    """Whether the budget holds one more trial and the least confirmation it could end with:
+    a start, a warm-up, one load point, and one full-size try on its own server (a trial that
+    leads when the budget holds no restart is confirmed there, ``confirm_in_place``)."""
+    return st.budget.fits(trial_min_s(st, best) + confirm_try_s(st, best))
+
+
+def confirm_in_place(st: RunState, trial: TrialReport, best: TrialReport | None) -> bool:
+    """Whether ``trial``, just measured, is confirmed on its own server right after its
+    search: it beat ``best`` (the best before it), and the time budget holds no further trial
+    with it as the best. A fresh start would then only take from the confirmation's tries."""
+    if trial.status != "ok" or trial.rejected or trial.score_tokens_per_s is None:
+        return False
+    if best is not None and trial.score_tokens_per_s < (best.score_tokens_per_s or 0.0):
+        return False
+    return (
+        st.budget.bounded
+        and st.shared is None
+        and st.launches
+        and not another_trial_fits(st, trial)
+    )
 
 
 def time_left_reason(st: RunState, started: list[int] | None = None) -> str | None:
     """Why no further trial of this stage should start, or None."""
-    left = st.budget.left()
-    need = trial_min_s(st) + confirm_estimate_s(st)
-    if left < need:
+    if not another_trial_fits(st):
+        need = trial_min_s(st) + confirm_try_s(st)
         return (
-            f"time budget: {left:.0f} s left; a start, one load point and the confirmation "
-            f"need about {need:.0f} s"
+            f"time budget: {st.budget.left():.0f} s left; a start, one load point and one "
+            f"confirmation try need about {need:.0f} s"
         )
     # A stage keeps its share of the budget for the stages after it (its first trial always
     # runs if the whole budget allows).
@@ -120,6 +169,28 @@ def points_time_left(st: RunState, trial: TrialReport | None = None) -> str | No
     """Stop a capacity search early when the budget must keep time for the confirmation: the
     next point (about as long as the trial's last one) must fit before it."""
     last_s = trial.points[-1].metrics.duration_s if trial is not None and trial.points else 0.0
-    if not st.budget.fits(last_s, confirm_estimate_s(st)):
+    if not st.budget.fits(last_s, _reserve_s(st, trial)):
         return "time budget: stopped measuring to keep time for the confirmation"
     return None
+
+
+def _reserve_s(st: RunState, trial: TrialReport | None) -> float:
+    """What a trial's capacity search keeps back for the confirmation. While the trial leads
+    (its estimate so far at least the best's score), tries at its own estimated capacity on
+    its own server, where it is confirmed if time runs short (``confirm_in_place``): two, or
+    one while no load has failed yet (its capacity then lies above its highest load, and a
+    try there is the longest the confirmation could take). Else the best's confirmation on a
+    fresh start."""
+    best = st.best()
+    if trial is None or best is None or best is trial:
+        return confirm_estimate_s(st)
+    est = st.estimate(trial.number)
+    held = [p for p in trial.points if p.verdict.holds]
+    if est is None or est.censored == "below" or not held:
+        return confirm_estimate_s(st)
+    if est.tokens_per_s < (best.score_tokens_per_s or 0.0):
+        return confirm_estimate_s(st)
+    top = max(held, key=st.point_load)
+    x = est.load if est.censored == "none" and est.load else st.point_load(top)
+    one = _try_s(st, x, top.metrics.requests_per_s, top.metrics.e2e_ms.p50)
+    return one if est.censored == "above" else 2 * one

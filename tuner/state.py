@@ -78,6 +78,8 @@ class RunState:
     stage_reports: list[StageReport] = field(default_factory=list)
     comparisons: list[ComparisonReport] = field(default_factory=list)
     baseline_confirmed: Recommendation | None = None
+    # A trial confirmed on its own server after its search (the budget held no restart):
+    trial_confirmed: Recommendation | None = None
     recommended: Recommendation | None = None
     notes: list[str] = field(default_factory=list)
     diagnosis: Diagnosis | None = None

@@ -77,6 +77,7 @@ class Checkpoint(BaseModel):
     stage_reports: list[StageReport]
     comparisons: list[ComparisonReport]
     baseline_confirmed: Recommendation | None
+    trial_confirmed: Recommendation | None = None  # confirmed on its own server (sizing.py)
     notes: list[str]
     diagnosis: Diagnosis | None
     probe_s: float

@@ -173,6 +173,13 @@ class Evaluator:
             st.say(f"{label}: not recommendable: {trial.rejected}")
         elif trial.status == "ok" and best is not None:
             side_by_side.repeat(st, self, server, trial, best)
+        if not baseline and sizing.confirm_in_place(st, trial, best):
+            # It leads, and the budget holds no further trial: confirmed here, on its own
+            # start from its launch command, instead of a restart that only takes time.
+            st.say(f"{label}: leads, and the time budget holds no further trial")
+            st.trial_confirmed = recommend.confirm_on(
+                st, self, server, trial, st.out / "confirmation", "confirmation"
+            )
 
     def start_load(self, best: TrialReport | None) -> float:
         """Where a capacity search starts: the best configuration's capacity (so two are

@@ -1,0 +1,209 @@
+"""tuner/sizing.py's budget decisions on a scripted clock, with the figures of a 13-minute run
+on a fresh 2-core AMD machine (a cold first start of 122 s, 42-59 s for every start after it;
+vLLM's defaults at 2.73 requests/s, about 196 s for one 505-request confirmation try)."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from probes.metrics import Dist, LoadMetrics, Verdict
+from probes.slo import parse_slos
+from probes.workload import parse_workload
+from tuner import sizing
+from tuner.budget import Budget, PhaseTimes
+from tuner.capacity import LoadAxis
+from tuner.estimate import Samples, constraints
+from tuner.gates import QualityGate
+from tuner.hardware import Hardware
+from tuner.options import TuneOptions
+from tuner.report import PointReport, TrialReport
+from tuner.state import RunState
+from tuner.store import MemoryStore
+
+BUDGET_S = 780.0
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def _state(tmp_path: Path, clock: Clock, budget_s: float | None = BUDGET_S) -> RunState:
+    model = tmp_path / "model"
+    model.mkdir(exist_ok=True)
+    (model / "config.json").write_text("{}")
+    opts = TuneOptions(
+        model=str(model),
+        slos=parse_slos(["ttft=2s"]),
+        workload=parse_workload("synthetic:input=128,output=64"),
+        time_budget_s=budget_s,
+        output_dir=tmp_path / "results",
+    )
+    return RunState(
+        opts=opts,
+        say=lambda msg: None,
+        engine=None,  # type: ignore[arg-type]  # not started here
+        hw=Hardware(hostname="h", cpu_model="c", cpu_count=2, memory_gib=1.0),
+        run_id="r",
+        out=tmp_path / "run",
+        store=MemoryStore(),
+        salt="s",
+        rng=random.Random(0),
+        axis=LoadAxis("rate", minimum=0.01, maximum=100.0),
+        cons=constraints(opts.slos, opts.max_error_rate),
+        clock=PhaseTimes(now=clock),
+        budget=Budget(budget_s, now=clock, start=0.0),
+        quality=QualityGate(1.0),
+    )
+
+
+def _metrics(rate: float, e2e_ms: float, duration_s: float = 20.0) -> LoadMetrics:
+    d = Dist(p50=100.0, p99=200.0, n=50)
+    return LoadMetrics(
+        ttft_ms=d, tpot_ms=d, itl_ms=d, e2e_ms=Dist(p50=e2e_ms, n=50), queue_ms=d,
+        output_tokens_per_s=rate * 64, requests_per_s=rate, goodput_rps=rate,
+        token_goodput_per_s=rate * 64, slo_attainment=1.0, n_requests=50, n_completed=50,
+        n_failed=0, error_rate=0.0, duration_s=duration_s, mean_in_flight=rate * e2e_ms / 1e3,
+        mean_output_tokens=64.0, n_out_source="usage", prompt_token_mismatches=0,
+    )  # fmt: skip
+
+
+def _trial(number: int, startup_s: float, rate: float, e2e_ms: float = 11_000.0) -> TrialReport:
+    return TrialReport(
+        number=number,
+        stage="baseline" if number == 0 else "batching",
+        params={},
+        args=[],
+        env={},
+        launch_command=[],
+        status="ok",
+        startup_s=startup_s,
+        warmup_s=13.0,
+        load={"rate_rps": rate},
+        metrics=_metrics(rate, e2e_ms),
+        score_tokens_per_s=rate * 64,
+    )
+
+
+def _point(rate: float, holds: bool, e2e_ms: float = 8_000.0) -> PointReport:
+    verdict = Verdict(
+        holds=holds, provisional=False, worst_margin=-0.3 if holds else 0.5, checks=[]
+    )
+    return PointReport(
+        load={"rate_rps": rate}, metrics=_metrics(rate, e2e_ms), verdict=verdict, records_file=""
+    )
+
+
+def _samples(st: RunState, number: int, rate: float, ttft_ms: float) -> None:
+    n = 60
+    st.add_samples(
+        number,
+        Samples(
+            load=rate,
+            duration_s=n / rate,
+            ok=np.ones(n, dtype=bool),
+            n_out=np.full(n, 64.0),
+            values={"ttft": np.full(n, ttft_ms), "tpot": np.full(n, 50.0)},
+            itl=[np.zeros(0)] * n,
+        ),
+    )
+
+
+def test_a_later_start_is_estimated_from_the_starts_after_the_first(tmp_path: Path) -> None:
+    st = _state(tmp_path, Clock())
+    assert sizing.start_estimate_s(st) == 60.0  # nothing started yet
+    st.baseline = _trial(0, 122.0, 2.73)
+    assert sizing.start_estimate_s(st) == 122.0  # all there is to go on
+    st.trials = [_trial(1, 55.0, 4.6), _trial(2, 45.0, 4.7)]
+    assert sizing.start_estimate_s(st) == 50.0  # the cold first start left out
+    assert sizing.start_estimate_s(st, also=_trial(3, 59.0, 4.0)) == 55.0
+
+
+def test_after_a_cold_baseline_a_trial_fits_where_its_confirmation_on_its_own_server_does(
+    tmp_path: Path,
+) -> None:
+    """287 s in, 493 s left: the baseline's own confirmation now (196 s) would leave too little
+    for a trial and a fresh confirmation, but a trial confirmed on its own server fits."""
+    clock = Clock()
+    st = _state(tmp_path, clock)
+    base = _trial(0, 122.0, 2.73)
+    clock.t = 287.0
+    try_s = sizing.confirm_try_s(st, base)
+    assert try_s == pytest.approx(505 / 2.73 + 11.0, abs=1.0)
+    reserve = sizing.trial_min_s(st, base) + sizing.confirm_estimate_s(st, best=base)
+    assert not st.budget.fits(try_s, reserve)  # so confirm_on puts the baseline's off
+    st.baseline = base
+    assert sizing.another_trial_fits(st)
+    assert sizing.time_left_reason(st) is None
+    clock.t = 780.0 - sizing.trial_min_s(st) - try_s + 1.0
+    assert not sizing.another_trial_fits(st)
+    assert "time budget" in (sizing.time_left_reason(st) or "")
+
+
+def test_a_trial_that_leads_is_confirmed_on_its_own_server_only_when_no_trial_fits_after_it(
+    tmp_path: Path,
+) -> None:
+    clock = Clock()
+    st = _state(tmp_path, clock)
+    st.baseline = base = _trial(0, 122.0, 2.73)
+    lead, behind = _trial(1, 55.0, 4.6, e2e_ms=9_000.0), _trial(2, 55.0, 2.0)
+    clock.t = 600.0  # 180 s left: less than another trial and one try
+    assert sizing.confirm_in_place(st, lead, base)
+    assert not sizing.confirm_in_place(st, behind, base)  # the baseline stays the best
+    rejected = lead.model_copy(update={"rejected": "quality"})
+    assert not sizing.confirm_in_place(st, rejected, base)
+    clock.t = 100.0  # a further trial fits: the winner is confirmed on a fresh start later
+    assert not sizing.confirm_in_place(st, lead, base)
+    unbounded = _state(tmp_path, Clock(), budget_s=None)
+    assert not sizing.confirm_in_place(unbounded, lead, base)
+
+
+def test_a_leading_trial_keeps_back_tries_at_its_own_capacity_not_the_best_ones(
+    tmp_path: Path,
+) -> None:
+    """While a trial leads, its search keeps back what a confirmation on its own server at its
+    own (higher) capacity needs: one try while no load has failed, two once one has. A trial
+    that trails keeps back the best's confirmation on a fresh start."""
+    clock = Clock()
+    st = _state(tmp_path, clock)
+    st.baseline = base = _trial(0, 122.0, 2.73)
+    for rate, ttft in ((2.0, 300.0), (2.6, 1500.0), (2.9, 2600.0)):
+        _samples(st, 0, rate, ttft)
+    fresh = sizing.confirm_estimate_s(st)
+    assert fresh == pytest.approx(122.0 + 30.0 + 2 * sizing.confirm_try_s(st, base))
+    trial = _trial(1, 55.0, 5.5)
+    trial.points = [_point(2.73, True), _point(5.46, True)]
+    _samples(st, 1, 2.73, 300.0)
+    _samples(st, 1, 5.46, 900.0)
+    one_at_5_46 = 505 / 5.46 + 8.0
+    # Censored above (nothing failed yet): one try at its highest load.
+    clock.t = BUDGET_S - 20.0 - one_at_5_46 - 1.0
+    assert sizing.points_time_left(st, trial) is None
+    clock.t += 2.0
+    assert sizing.points_time_left(st, trial) is not None
+    # A load failed: two tries at the fitted capacity (between 5.46 and 6.5).
+    trial.points.append(_point(6.5, False))
+    _samples(st, 1, 6.5, 5000.0)
+    est = st.estimate(1)
+    assert est is not None and est.censored == "none" and 5.46 < (est.load or 0) < 6.5
+    two = 2 * (505 / (est.load or 1) + 8.0)
+    clock.t = BUDGET_S - 20.0 - two - 1.0
+    assert sizing.points_time_left(st, trial) is None
+    clock.t += 2.0
+    assert sizing.points_time_left(st, trial) is not None
+    # Trailing the baseline: the baseline's fresh confirmation is what must fit.
+    slow = _trial(2, 55.0, 1.0)
+    slow.points = [_point(1.0, True), _point(2.0, False)]
+    _samples(st, 2, 1.0, 300.0)
+    _samples(st, 2, 2.0, 5000.0)
+    clock.t = BUDGET_S - 20.0 - fresh + 1.0
+    assert sizing.points_time_left(st, slow) is not None
+    clock.t = BUDGET_S - 20.0 - fresh - 1.0
+    assert sizing.points_time_left(st, slow) is None
