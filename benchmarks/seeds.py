@@ -13,9 +13,10 @@ fresh, in turn (interleaved, so a shared machine's noise hits them alike), and o
    holds and output tokens/s is within ``--tolerance`` of the claim.
 
 With ``--baseline``, the first report's baseline is measured the same way from its confirmed
-load, for the gain. The summary prints, per run, the claim, vLLM's capacity (median over the
-repeats), the tightness (claimed tok/s / capacity tok/s) and the claims passed; then the
-spread of the capacities across runs (max / min - 1) and each gain over the baseline.
+load (unconfirmed: its search capacity less the run's load margin), for the gain. The summary
+prints, per run, the claim, vLLM's capacity (median over the repeats), the tightness (claimed
+tok/s / capacity tok/s) and the claims passed; then the spread of the capacities across runs
+(max / min - 1) and each gain over the baseline.
 
     .venv/bin/python benchmarks/seeds.py results/A/report.json results/B/report.json \\
         results/C/report.json [--baseline] [--repeats 1]
@@ -72,6 +73,21 @@ def capacity_tok_s(m: Result, claimed_load: float) -> float | None:
     return None if below else cap.get("score_tokens_per_s")
 
 
+def baseline_of(rep: Result) -> Result | None:
+    """The run's baseline as a config to measure: its confirmation, or where the time budget
+    left it unconfirmed, its search capacity less the run's load margin (short open-loop
+    points are optimistic) as the load to start from."""
+    b = rep.get("baseline") or {}
+    if rep.get("baseline_confirmation"):
+        return {**rep["baseline_confirmation"], "launch_command": b["launch_command"]}
+    if not (b.get("load") and b.get("metrics") and b.get("launch_command")):
+        return None
+    margin = float((rep.get("options") or {}).get("load_margin", 0.15))
+    key, x = next(iter(b["load"].items()))
+    start = round(float(x) * (1 - margin), 2) if key == "rate_rps" else int(x)
+    return {**b, "load": {key: start}}
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     add = p.add_argument
@@ -101,9 +117,7 @@ def main() -> int:
     print(f"{len(reports)} runs; {client.describe()}; load model {lm.name}; output in {out}")
 
     jobs: list[tuple[str, Result, Result]] = []  # (name, config record, report for the claim)
-    if args.baseline and reports[0].get("baseline_confirmation"):
-        base = dict(reports[0]["baseline_confirmation"])
-        base["launch_command"] = reports[0]["baseline"]["launch_command"]
+    if args.baseline and (base := baseline_of(reports[0])) is not None:
         jobs.append(("baseline", base, {**reports[0], "recommended": base}))
     for rep in reports:
         jobs.append((rep["run_id"], rep["recommended"], rep))

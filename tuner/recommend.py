@@ -2,10 +2,13 @@
 
 ``confirm_on`` confirms a configuration on a running server with tuner/confirm.py's pure
 logic (the estimated capacity less the headroom, the full sample the SLO percentile needs,
-refined within the budget); the baseline is confirmed this way right after its search.
-``recommend`` starts the search's best configuration again from its launch command, confirms
-it, and sets the run's recommendation, with its gain over the confirmed baseline computed
-only confirmed over confirmed.
+refined within the budget). The baseline is confirmed this way right after its search, unless
+the time budget would then hold no trial (tuner/sizing.py): then ``confirm_baseline_late``
+starts it again after the recommendation's confirmation, if time is left. A trial that leads
+when the budget holds no further trial is confirmed on its own server after its search
+(tuner/trial.py). ``recommend`` otherwise starts the search's best configuration again from
+its launch command and confirms it, and sets the run's recommendation, with its gain over the
+confirmed baseline computed only confirmed over confirmed.
 """
 
 from __future__ import annotations
@@ -203,7 +206,10 @@ def _baseline_recommended(base: Recommendation, why: str) -> Recommendation:
     out = base.model_copy()
     out.gain_vs_baseline, out.gain_basis = 1.0, "the baseline is the recommendation"
     out.confirmation = (
-        f"the baseline's own fresh start from its launch command, confirmed after its search{why}"
+        f"{base.confirmation}{why}"
+        if base.confirmation  # confirmed late (confirm_baseline_late)
+        else f"the baseline's own fresh start from its launch command, confirmed after its "
+        f"search{why}"
     )
     return out
 

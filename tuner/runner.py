@@ -4,15 +4,17 @@ Order of a run:
 1. Resolve the target (tuner/target.py: the model, the engine, the machine and its search
    space, or an attached endpoint); open ``results/<run-id>/`` and its store (tuner/store.py).
 2. The baseline: the engine's defaults (plus what the space's ``baseline`` says it needs to
-   start here), scored by a capacity search like every trial, then confirmed.
+   start here), scored by a capacity search like every trial, then confirmed (after step 4
+   instead, when the time budget would otherwise hold no trial).
 3. The stages in the space's order (tuner/stages.py), each an Optuna search starting from the
    previous winner. ``--trials`` counts configurations started after the baseline, across all
    stages; the time budget is shared between the stages and stops the search early enough to
    leave time for step 4 (tuner/sizing.py). Each configuration is one trial (tuner/trial.py):
    quality-gated where it quantises, exactness-checked where it speculates.
 4. Confirmation (tuner/recommend.py): the winner is started again from its launch command and
-   measured at its capacity less the headroom with enough requests for the SLO percentile.
-   Only then is ``meets_slo`` set.
+   measured at its capacity less the headroom with enough requests for the SLO percentile
+   (on its own server right after its search, when the budget holds no restart). Only then is
+   ``meets_slo`` set.
 5. report.json and report.md (tuner/assemble.py), written atomically; every trial's records
    and server log are kept.
 

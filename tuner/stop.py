@@ -25,6 +25,9 @@ class StopRequested(KeyboardInterrupt):
 class _Stop:
     def __init__(self) -> None:
         self.requested = False
+        # A stop-now queued on an event loop that may end before it runs (tuner/stop.py
+        # ``_interrupt_now``): the next ``check`` raises it instead.
+        self.now = False
 
     def on_sigint(self, signum: int, frame: FrameType | None) -> None:
         if self.requested:
@@ -39,6 +42,9 @@ class _Stop:
         )
 
     def check(self) -> None:
+        if self.now:
+            self.now = False
+            raise KeyboardInterrupt
         if self.requested:
             raise StopRequested
 
@@ -47,7 +53,8 @@ STOP = _Stop()
 
 
 def check() -> None:
-    """Raise StopRequested if a first Ctrl-C came in."""
+    """Raise StopRequested if a first Ctrl-C came in; KeyboardInterrupt if a stop-now (a
+    second Ctrl-C, SIGTERM) was queued on an event loop that ended before it ran."""
     STOP.check()
 
 
@@ -57,6 +64,7 @@ def sigterm(signum: int, frame: FrameType | None) -> None:
 
 
 def _raise_interrupt() -> None:
+    STOP.now = False
     raise KeyboardInterrupt
 
 
@@ -68,22 +76,25 @@ def _interrupt_now() -> None:
     request became a failed record and the point ran on to its end (measured: 1 second Ctrl-C in
     15). Inside an event loop it is raised from a callback of the loop's own instead; the loop
     (asyncio's and uvloop's alike) lets KeyboardInterrupt out, cancelling the requests in flight.
+    A loop already shutting down may never run that callback: the flag it leaves makes the
+    next ``check`` raise it.
     """
     try:
         loop = asyncio.get_running_loop()
     except RuntimeError:
         raise KeyboardInterrupt from None
+    STOP.now = True
     loop.call_soon_threadsafe(_raise_interrupt)
 
 
 def install() -> Callable[[], None]:
     """Take SIGINT and SIGTERM for a command; returns what puts the caller's handlers back."""
-    STOP.requested = False
+    STOP.requested = STOP.now = False
     previous = signal.signal(signal.SIGINT, STOP.on_sigint), signal.signal(signal.SIGTERM, sigterm)
 
     def restore() -> None:
         signal.signal(signal.SIGINT, previous[0])
         signal.signal(signal.SIGTERM, previous[1])
-        STOP.requested = False
+        STOP.requested = STOP.now = False
 
     return restore

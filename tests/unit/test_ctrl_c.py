@@ -166,3 +166,27 @@ def test_a_second_ctrl_c_inside_an_event_loop_cannot_be_swallowed(runner: str) -
     finally:
         restore()
     assert not ran_on
+
+
+def test_a_stop_now_queued_on_a_loop_that_ends_first_is_raised_by_the_next_check() -> None:
+    """A SIGTERM landing while an event loop shuts down is queued as a callback the loop never
+    runs; it must not be lost: the next check raises it (not as the first Ctrl-C's stop)."""
+    import asyncio
+
+    from tuner import stop
+
+    async def a_point_ending() -> None:
+        asyncio.get_running_loop().stop()  # ends after this step, before what it queues
+        stop.sigterm(signal.SIGTERM, None)
+
+    restore = stop.install()
+    try:
+        loop = asyncio.new_event_loop()
+        loop.run_until_complete(a_point_ending())
+        loop.close()  # the queued callback never ran
+        with pytest.raises(KeyboardInterrupt) as raised:
+            stop.check()
+        assert not isinstance(raised.value, stop.StopRequested)
+        stop.check()  # raised once, then clear
+    finally:
+        restore()
