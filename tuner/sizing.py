@@ -121,17 +121,39 @@ def confirm_estimate_s(st: RunState, fresh: bool = True, best: TrialReport | Non
     return start_estimate_s(st, best) + 30.0 + tries
 
 
-def another_trial_fits(st: RunState, best: TrialReport | None = None) -> bool:
-    """Whether the budget holds one more trial and the least confirmation it could end with:
-    a start, a warm-up, one load point, and one full-size try on its own server (a trial that
-    leads when the budget holds no restart is confirmed there, ``confirm_in_place``)."""
-    return st.budget.fits(trial_min_s(st, best) + confirm_try_s(st, best))
+def another_trial_fits(
+    st: RunState, best: TrialReport | None = None, *, strict: bool | None = None
+) -> bool:
+    """Whether the budget holds one more trial (a start, a warm-up, one load point) and the
+    least confirmation the run could then end with. If the trial leads, one full-size try on
+    its own server (``confirm_in_place``); if it does not, and the best is not confirmed yet,
+    the best's confirmation on a fresh start too. The run's first trial is spared the second:
+    it is the one the probe expects most of, and the start it is costed with is the run's
+    first, which filled the compile cache (``start_estimate_s``). ``strict``: the fresh
+    confirmation counted (or not) whatever the run has measured."""
+    if strict is None:
+        lead = best or st.best()
+        strict = bool(st.trials) and lead is not None and not _confirmed(st, lead)
+    return st.budget.fits(_gate_s(st, best, strict))
+
+
+def _gate_s(st: RunState, best: TrialReport | None, strict: bool) -> float:
+    one_try = confirm_try_s(st, best)
+    fresh = start_estimate_s(st, best) + 30.0 + one_try if strict else 0.0
+    return trial_min_s(st, best) + max(one_try, fresh)
+
+
+def _confirmed(st: RunState, t: TrialReport) -> bool:
+    if t.number == 0:
+        return st.baseline_confirmed is not None
+    return st.trial_confirmed is not None and st.trial_confirmed.from_trial == t.number
 
 
 def confirm_in_place(st: RunState, trial: TrialReport, best: TrialReport | None) -> bool:
     """Whether ``trial``, just measured, is confirmed on its own server right after its
     search: it beat ``best`` (the best before it), and the time budget holds no further trial
-    with it as the best. A fresh start would then only take from the confirmation's tries."""
+    with it as the best, unconfirmed (so a later trial that lost would leave it a fresh
+    start and a try). A fresh start would then only take from the confirmation's tries."""
     if trial.status != "ok" or trial.rejected or trial.score_tokens_per_s is None:
         return False
     if best is not None and trial.score_tokens_per_s < (best.score_tokens_per_s or 0.0):
@@ -140,17 +162,16 @@ def confirm_in_place(st: RunState, trial: TrialReport, best: TrialReport | None)
         st.budget.bounded
         and st.shared is None
         and st.launches
-        and not another_trial_fits(st, trial)
+        and not another_trial_fits(st, trial, strict=True)
     )
 
 
 def time_left_reason(st: RunState, started: list[int] | None = None) -> str | None:
     """Why no further trial of this stage should start, or None."""
     if not another_trial_fits(st):
-        need = trial_min_s(st) + confirm_try_s(st)
         return (
-            f"time budget: {st.budget.left():.0f} s left; a start, one load point and one "
-            f"confirmation try need about {need:.0f} s"
+            f"time budget: {st.budget.left():.0f} s left, too little for a start, one load "
+            "point and a confirmation"
         )
     # A stage keeps its share of the budget for the stages after it (its first trial always
     # runs if the whole budget allows).
@@ -176,11 +197,11 @@ def points_time_left(st: RunState, trial: TrialReport | None = None) -> str | No
 
 def _reserve_s(st: RunState, trial: TrialReport | None) -> float:
     """What a trial's capacity search keeps back for the confirmation. While the trial leads
-    (its estimate so far at least the best's score), tries at its own estimated capacity on
-    its own server, where it is confirmed if time runs short (``confirm_in_place``): two, or
-    one while no load has failed yet (its capacity then lies above its highest load, and a
-    try there is the longest the confirmation could take). Else the best's confirmation on a
-    fresh start."""
+    (its estimate so far at least the best's score, or every load held), tries at its own
+    estimated capacity on its own server, where it is confirmed if time runs short
+    (``confirm_in_place``): two, or one while no load has failed yet (its capacity then lies
+    above its highest load, and a try there is the longest the confirmation could take).
+    Else the best's confirmation on a fresh start."""
     best = st.best()
     if trial is None or best is None or best is trial:
         return confirm_estimate_s(st)
@@ -188,7 +209,9 @@ def _reserve_s(st: RunState, trial: TrialReport | None) -> float:
     held = [p for p in trial.points if p.verdict.holds]
     if est is None or est.censored == "below" or not held:
         return confirm_estimate_s(st)
-    if est.tokens_per_s < (best.score_tokens_per_s or 0.0):
+    if est.censored != "above" and est.tokens_per_s < (best.score_tokens_per_s or 0.0):
+        # Behind the best. (Censored above, every load held: its capacity lies above its
+        # highest load, which is the best's capacity or more, and it leads so far.)
         return confirm_estimate_s(st)
     top = max(held, key=st.point_load)
     x = est.load if est.censored == "none" and est.load else st.point_load(top)

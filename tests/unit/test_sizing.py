@@ -207,3 +207,26 @@ def test_a_leading_trial_keeps_back_tries_at_its_own_capacity_not_the_best_ones(
     assert sizing.points_time_left(st, slow) is not None
     clock.t = BUDGET_S - 20.0 - fresh - 1.0
     assert sizing.points_time_left(st, slow) is None
+
+
+def test_after_the_first_trial_another_needs_room_for_the_unconfirmed_best_on_a_fresh_start(
+    tmp_path: Path,
+) -> None:
+    """The first trial is a gamble the probe backs: it needs only its own confirmation. Any
+    later one that loses must still leave the best (unconfirmed) a fresh start and a try."""
+    clock = Clock()
+    st = _state(tmp_path, clock)
+    st.baseline = _trial(0, 122.0, 2.73)
+    first = sizing.trial_min_s(st) + sizing.confirm_try_s(st)
+    clock.t = BUDGET_S - first - 1.0
+    assert sizing.another_trial_fits(st)  # no trial measured yet
+    st.trials = [_trial(1, 60.0, 2.5)]  # measured, and behind the baseline
+    assert sizing.start_estimate_s(st) == 60.0
+    strict = sizing.trial_min_s(st) + 60.0 + 30.0 + sizing.confirm_try_s(st)
+    clock.t = BUDGET_S - strict - 1.0
+    assert sizing.another_trial_fits(st)
+    clock.t += 2.0
+    assert not sizing.another_trial_fits(st)
+    # The baseline confirmed already: only the next trial's own confirmation must fit.
+    st.baseline_confirmed = object()  # type: ignore[assignment]  # only its presence counts
+    assert sizing.another_trial_fits(st)

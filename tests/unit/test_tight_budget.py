@@ -32,9 +32,11 @@ def _tight(monkeypatch: pytest.MonkeyPatch) -> list[str]:
             return 1e6  # asked while the baseline is measured: its confirmation must wait
         return real_min(st, best)
 
-    def another_trial_fits(st: RunState, best: TrialReport | None = None) -> bool:
+    def another_trial_fits(
+        st: RunState, best: TrialReport | None = None, *, strict: bool | None = None
+    ) -> bool:
         lead = best or st.best()
-        return real_fits(st, best) if lead is None or lead.number == 0 else False
+        return real_fits(st, best, strict=strict) if lead is None or lead.number == 0 else False
 
     monkeypatch.setattr(sizing, "trial_min_s", trial_min_s)
     monkeypatch.setattr(sizing, "another_trial_fits", another_trial_fits)
