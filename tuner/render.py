@@ -231,8 +231,12 @@ def render_markdown(r: Report) -> str:
             "## Recommendation",
             "",
             f"**{m.output_tokens_per_s:.0f} output tokens/s** at {load_text(rec.load)} "
-            f"({gain}): {verdict}, measured with {rec.n_requests} requests after a fresh start "
-            "from the launch command below.",
+            f"({gain}): {verdict}, measured with {rec.n_requests} requests "
+            + (
+                "after a fresh start from the launch command below."
+                if not rec.confirmation or rec.confirmation.startswith("engine restarted")
+                else f"({rec.confirmation})."
+            ),
             "",
             *(
                 [
@@ -260,7 +264,7 @@ def render_markdown(r: Report) -> str:
                     f"({'meets' if base_c.meets_slo else 'does not meet'} the SLOs)"
                 ]
                 if base_c is not None
-                else []
+                else _unconfirmed_baseline(r)
             ),
             f"- TTFT p50 / p99: **{_lat(m.ttft_ms)}**",
             f"- Time per output token p50 / p99: **{_lat(m.tpot_ms)}**",
@@ -487,3 +491,18 @@ def _hygiene(r: Report) -> list[str]:
     if not seen:
         return []
     return ["## Measurement notes", "", *(f"- {x}" for x in seen[:20]), ""]
+
+
+def _unconfirmed_baseline(r: Report) -> list[str]:
+    """Where the budget left the baseline unconfirmed: which of its figures is which."""
+    b, rec = r.baseline, r.recommended
+    if b is None or rec is None or rec.from_trial == 0 or b.score_tokens_per_s is None:
+        return []
+    searched, base = rec.search_score_tokens_per_s, b.score_tokens_per_s
+    return [
+        f"- Baseline not confirmed (time budget): {base:.0f} tokens/s is its "
+        "search estimate, from short points, which run optimistic under open-loop arrivals; "
+        "compare it with the recommended configuration's search estimate"
+        + (f", {searched:.0f} tokens/s ({searched / base:.2f}x)" if searched else "")
+        + ", not with the confirmed figure above"
+    ]

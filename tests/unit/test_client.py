@@ -13,7 +13,13 @@ from typing import Any
 import orjson
 import pytest
 
-from probes.client import LoadClient, consume_stream, normalize_base_url, run_load
+from probes.client import (
+    LoadClient,
+    arrival_offsets,
+    consume_stream,
+    normalize_base_url,
+    run_load,
+)
 from probes.metrics import summarize
 from probes.records import RequestRecord
 from probes.server_metrics import delta, fetch_snapshot
@@ -271,12 +277,27 @@ def test_closed_loop_figures_come_from_usage(server: FakeOpenAIServer) -> None:
 
 
 def poisson_offsets(n: int, rate_rps: float, seed: int) -> list[float]:
+    """Exponential gaps from the seed, scaled to add up to n / rate."""
     rng = random.Random(seed)
-    out, t = [], 0.0
-    for _ in range(n):
-        out.append(t)
-        t += rng.expovariate(rate_rps)
-    return out
+    gaps = [rng.expovariate(rate_rps) for _ in range(n)]
+    k = n / rate_rps / sum(gaps)
+    return [k * sum(gaps[:i]) for i in range(n)]
+
+
+def test_open_loop_arrivals_offer_exactly_the_rate_they_are_judged_at() -> None:
+    """505 arrivals at 3.72/s: unscaled, the span varies by sqrt(505)/3.72 = 6 s (4.4 %) from
+    seed to seed; scaled, every seed's 505 gaps fill 505 / 3.72 s, and the last arrival lands
+    within a gap of it."""
+    n, rate = 505, 3.72
+    raw_last, last = [], []
+    for seed in range(40):
+        rng = random.Random(seed)
+        raw_last.append(sum(rng.expovariate(rate) for _ in range(n - 1)))
+        last.append(arrival_offsets(n, rate, seed)[-1])
+    assert max(raw_last) - min(raw_last) > 0.08 * n / rate  # what the scaling removes
+    assert all(abs(x - (n - 1) / rate) < 0.01 * n / rate for x in last)
+    assert arrival_offsets(n, rate, 3) == pytest.approx(poisson_offsets(n, rate, 3))
+    assert arrival_offsets(1, rate, 3) == [0.0]
 
 
 def open_loop_offsets(base_url: str, n: int, rate_rps: float, seed: int) -> list[float]:

@@ -81,6 +81,9 @@ def test_a_tight_budget_confirms_the_leader_in_place_and_the_baseline_last(
     assert rec.gain_vs_baseline == pytest.approx(
         rec.metrics.output_tokens_per_s / base.metrics.output_tokens_per_s
     )
+    md = (runner.out / "report.md").read_text()
+    assert "requests (trial 1's own start from its launch command" in md
+    assert "after a fresh start" not in md
     on_disk = json.loads((runner.out / "report.json").read_text())
     assert on_disk["recommended"]["from_trial"] == 1
     # The in-place confirmation is in trial 1's checkpoint: a resume would not measure it again.
@@ -102,7 +105,8 @@ def test_without_room_at_the_end_the_baseline_stays_unconfirmed_and_no_gain_is_d
     monkeypatch.setattr(sizing, "start_estimate_s", start_estimate_s)
     lines: list[str] = []
     opts = _options(tmp_path, time_budget_s=3600.0, side_by_side=False)
-    report = Runner(opts, lines.append, engine=FakeEngine(), hardware=HW).run()
+    runner = Runner(opts, lines.append, engine=FakeEngine(), hardware=HW)
+    report = runner.run()
     text = "\n".join(lines)
     rec = report.recommended
     assert rec is not None and rec.from_trial == 1, text
@@ -111,3 +115,8 @@ def test_without_room_at_the_end_the_baseline_stays_unconfirmed_and_no_gain_is_d
     assert rec.gain_vs_baseline is None
     assert rec.gain_basis.startswith("not computed: the baseline was not confirmed")
     assert any("no room to confirm the baseline" in n for n in report.notes), report.notes
+    md = (runner.out / "report.md").read_text()
+    assert "- Baseline not confirmed (time budget): " in md
+    assert rec.search_score_tokens_per_s and report.baseline is not None
+    ratio = rec.search_score_tokens_per_s / (report.baseline.score_tokens_per_s or 1.0)
+    assert f"({ratio:.2f}x), not with the confirmed figure above" in md
