@@ -234,8 +234,8 @@ def recommend(st: RunState, ev: Evaluator) -> None:
         rec = placed.model_copy()
         rec.confirmation = (
             f"trial {best.number}'s own start from its launch command, confirmed after its "
-            f"search (the time budget held no restart): {len(rec.tries)} full-size tries "
-            f"({_loads(st, rec)}); the claim is the highest that met every SLO"
+            f"search (the time budget held no restart): {_tries(rec)} ({_loads(st, rec)}); "
+            "the claim is the highest that met every SLO"
         )
     else:
         fresh = _confirm_fresh(st, ev, best)
@@ -261,6 +261,11 @@ def recommend(st: RunState, ev: Evaluator) -> None:
         return
     _set_gain(st, rec, base, best)
     st.recommended = rec
+
+
+def _tries(rec: Recommendation) -> str:
+    n = len(rec.tries)
+    return f"{n} full-size {'try' if n == 1 else 'tries'}"
 
 
 def _loads(st: RunState, rec: Recommendation) -> str:
@@ -296,8 +301,8 @@ def _confirm_fresh(st: RunState, ev: Evaluator, best: TrialReport) -> Recommenda
     if rec is None:
         return None
     rec.confirmation = (
-        f"engine restarted from launch_command, warmed up, then {len(rec.tries)} full-size "
-        f"tries ({_loads(st, rec)}); the claim is the highest that met every SLO"
+        f"engine restarted from launch_command, warmed up, then {_tries(rec)} "
+        f"({_loads(st, rec)}); the claim is the highest that met every SLO"
         if spec
         else "the running endpoint (not restarted: autotune does not manage it), warmed up, "
         f"then {rec.n_requests} requests"
