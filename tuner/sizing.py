@@ -67,8 +67,8 @@ def trial_estimate_s(st: RunState) -> float:
 def start_estimate_s(st: RunState, also: TrialReport | None = None) -> float:
     """What starting one more configuration takes: the median start after the run's first,
     else the first (``also``: one being measured, not in the run's lists yet). The first
-    start on a machine fills the compile cache the later ones load from (a fresh 2-core AMD
-    machine: 122 s, then 42-59 s for every configuration after it), so the first alone
+    start on a machine fills the compile cache the later ones load from (fresh 2-core AMD
+    machines: 122-176 s, then 42-82 s for every configuration after it), so the first alone
     overstates the rest; it is all there is to go on until a second."""
     done = st.measured()
     with_also = [*done, also] if also is not None and all(t is not also for t in done) else done
