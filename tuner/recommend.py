@@ -59,13 +59,12 @@ def confirm_on(
     points = st.samples.get(trial.number, [])
     first = target_load(points, st.cons, axis, opts.headroom, margin)
     budgeted = opts.time_budget_s is not None
-    if reserve_s is None:
-        reserve_s = (
-            sizing.trial_min_s(st, trial) + sizing.confirm_estimate_s(st, best=trial)
-            if baseline
-            else 0.0
-        )
-    reserve = reserve_s
+    if reserve_s is not None:
+        reserve = reserve_s
+    elif baseline:
+        reserve = sizing.trial_min_s(st, trial) + sizing.confirm_estimate_s(st, best=trial)
+    else:
+        reserve = 0.0
 
     def n_for(x: float) -> int:
         if baseline:  # never cut to the time left: a try fits whole, or is not made
@@ -250,8 +249,8 @@ def recommend(st: RunState, ev: Evaluator) -> None:
         st.notes.append(
             f"trial {rec.from_trial} led the search, but its confirmation "
             f"({rec.metrics.output_tokens_per_s:.0f} output tokens/s at "
-            f"{axis_label(st, rec)}) came out below the baseline's "
-            f"({base.metrics.output_tokens_per_s:.0f} at {axis_label(st, base)}): the "
+            f"{_load_label(st, rec)}) came out below the baseline's "
+            f"({base.metrics.output_tokens_per_s:.0f} at {_load_label(st, base)}): the "
             "baseline is recommended"
         )
         st.say(f"confirmation: below the confirmed baseline; {st.notes[-1]}")
@@ -272,7 +271,7 @@ def _loads(st: RunState, rec: Recommendation) -> str:
     return ", ".join(st.axis.label(float(t.load[st.axis.key])) for t in rec.tries)
 
 
-def axis_label(st: RunState, rec: Recommendation) -> str:
+def _load_label(st: RunState, rec: Recommendation) -> str:
     return st.axis.label(float(rec.load[st.axis.key]))
 
 
@@ -320,7 +319,7 @@ def confirm_baseline_late(st: RunState, ev: Evaluator) -> Recommendation | None:
         return None
     if not (opts.confirm_baseline and st.launches and opts.time_budget_s is not None):
         return None
-    need = sizing.start_estimate_s(st) + 30.0 + sizing.confirm_try_s(st, b)
+    need = sizing.confirm_estimate_s(st, best=b, tries=1)
     if not st.budget.fits(need):
         st.notes.append(
             f"the time budget left no room to confirm the baseline (about {need:.0f} s for a "

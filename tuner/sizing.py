@@ -110,15 +110,18 @@ def _try_s(st: RunState, x: float, rps: float, e2e_ms: float | None) -> float:
     return n_confirm_fit(st, x, max(rps, 1e-3)) / max(per_s, 1e-3) + (e2e_ms or 0.0) / 1000.0
 
 
-def confirm_estimate_s(st: RunState, fresh: bool = True, best: TrialReport | None = None) -> float:
+def confirm_estimate_s(
+    st: RunState, fresh: bool = True, best: TrialReport | None = None, tries: int = 2
+) -> float:
     """What the final confirmation needs: a start and a warm-up (``fresh``; not on the
     trial's own server) and two full-size tries of the best configuration (or of ``best``):
     the first, at the fitted headroom load, is at the edge of the noise often enough that a
-    second, lower one must fit."""
-    tries = 2 * confirm_try_s(st, best)
+    second, lower one must fit. ``tries``: the least confirmation that still gives a figure is
+    one."""
+    all_tries = tries * confirm_try_s(st, best)
     if (best or st.best()) is None or not fresh:
-        return tries
-    return start_estimate_s(st, best) + 30.0 + tries
+        return all_tries
+    return start_estimate_s(st, best) + 30.0 + all_tries
 
 
 def another_trial_fits(
@@ -139,7 +142,7 @@ def another_trial_fits(
 
 def _gate_s(st: RunState, best: TrialReport | None, strict: bool) -> float:
     one_try = confirm_try_s(st, best)
-    fresh = start_estimate_s(st, best) + 30.0 + one_try if strict else 0.0
+    fresh = confirm_estimate_s(st, best=best, tries=1) if strict else 0.0
     return trial_min_s(st, best) + max(one_try, fresh)
 
 
