@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import statistics
 
+from tuner.capacity import RESOLUTION
 from tuner.report import TrialReport
 from tuner.state import RunState
 
@@ -202,9 +203,12 @@ def _reserve_s(st: RunState, trial: TrialReport | None) -> float:
     """What a trial's capacity search keeps back for the confirmation. While the trial leads
     (its estimate so far at least the best's score, or every load held), tries at its own
     estimated capacity on its own server, where it is confirmed if time runs short
-    (``confirm_in_place``): two, or one while no load has failed yet (its capacity then lies
-    above its highest load, and a try there is the longest the confirmation could take).
-    Else the best's confirmation on a fresh start."""
+    (``confirm_in_place``): two once its capacity is bracketed as narrowly as the search
+    refines it, else one, so that a point which narrows a wide bracket still fits. (Every load
+    held: the capacity lies above the highest, and a try there is the longest the confirmation
+    could take. A wide bracket: its straight-line crossing lies under the capacity, and a
+    first try at the load margin under that meets the SLOs with room.) Else the best's
+    confirmation on a fresh start."""
     best = st.best()
     if trial is None or best is None or best is trial:
         return confirm_estimate_s(st)
@@ -219,4 +223,7 @@ def _reserve_s(st: RunState, trial: TrialReport | None) -> float:
     top = max(held, key=st.point_load)
     x = est.load if est.censored == "none" and est.load else st.point_load(top)
     one = _try_s(st, x, top.metrics.requests_per_s, top.metrics.e2e_ms.p50)
-    return one if est.censored == "above" else 2 * one
+    failed = [st.point_load(p) for p in trial.points if not p.verdict.holds]
+    above = [f for f in failed if f > st.point_load(top)]
+    narrow = bool(above) and min(above) <= RESOLUTION * st.point_load(top)
+    return 2 * one if narrow else one

@@ -8,7 +8,14 @@ from collections.abc import Callable
 
 import pytest
 
-from tuner.capacity import CONCURRENCY, LoadAxis, PointOutcome, consistent_best, find_capacity
+from tuner.capacity import (
+    CONCURRENCY,
+    RATE_STEP,
+    LoadAxis,
+    PointOutcome,
+    consistent_best,
+    find_capacity,
+)
 
 
 class System:
@@ -276,12 +283,47 @@ def rate_system(capacity_rps: float) -> Callable[[float], PointOutcome]:
 @pytest.mark.parametrize("start", [0.5, 3.0, 20.0])
 def test_finds_a_request_rate_capacity(capacity: float, start: float) -> None:
     axis = LoadAxis("rate", minimum=0.05, maximum=200.0)
-    res = find_capacity(rate_system(capacity), start=start, axis=axis, max_points=14)
+    # Steps of at most 1.4x up: 80x from the start to the capacity takes 13 of them.
+    res = find_capacity(rate_system(capacity), start=start, axis=axis, max_points=20)
     assert res.best is not None
     assert res.best.load <= capacity
     above = [p.load for p in res.points if not p.holds and p.load > res.best.load]
     assert above and min(above) <= res.best.load * 1.15
     assert all(axis.quantize(p.load) == p.load for p in res.points)  # 3 significant figures
+
+
+def open_loop_system(
+    capacity_rps: float, limit_ms: float = 2000.0
+) -> Callable[[float], PointOutcome]:
+    """p99 TTFT flat far under saturation and steep near it (like one queue's 1 / (1 - load)),
+    about as vLLM's client saw it on the AMD machines: 615 ms at 0.6 of capacity, 2 s at it."""
+
+    def measure(r: float) -> PointOutcome:
+        rho = min(r / capacity_rps, 0.999)
+        p99 = 450.0 + 155.0 * rho / (1.0 - rho) * (1.0 - 0.9 * rho)
+        m = p99 / limit_ms - 1.0
+        return PointOutcome(r, holds=m <= 0, worst_margin=m, output_tokens_per_s=64.0 * r)
+
+    return measure
+
+
+def test_an_open_loop_climb_does_not_leap_past_a_flat_latency() -> None:
+    # The AMD runs: a trial started at the baseline's 3.5 requests/s, 60 % under the limit,
+    # doubled to 6.5-6.6 and broke far above a capacity of about 4.45, leaving a bracket whose
+    # straight-line crossing lay 15 % under it. On the rate axis the step up is at most 1.4x.
+    axis = LoadAxis("rate", minimum=0.05, maximum=200.0)
+    res = find_capacity(open_loop_system(4.45), start=3.5, axis=axis, max_points=2)
+    assert res.points[0].holds and res.points[0].worst_margin < -0.5
+    assert res.points[1].load == pytest.approx(3.5 * RATE_STEP, rel=0.01)
+    # Near the limit it steps by less: a point 15 % under the limit moves up by under 1.2x.
+    near = PointOutcome(4.0, True, -0.15, 256.0)
+    res = find_capacity(
+        lambda r: near if r == 4.0 else PointOutcome(r, False, 0.3, 64.0 * r),
+        start=4.0,
+        axis=axis,
+        max_points=2,
+    )
+    assert 4.0 < res.points[1].load < 4.0 * 1.2
 
 
 def test_the_rate_axis_rounds_and_floors() -> None:

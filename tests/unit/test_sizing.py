@@ -169,7 +169,8 @@ def test_a_leading_trial_keeps_back_tries_at_its_own_capacity_not_the_best_ones(
     tmp_path: Path,
 ) -> None:
     """While a trial leads, its search keeps back what a confirmation on its own server at its
-    own (higher) capacity needs: one try while no load has failed, two once one has. A trial
+    own (higher) capacity needs: one try while its capacity is not bracketed narrowly, two
+    once it is. A trial
     that trails keeps back the best's confirmation on a fresh start."""
     clock = Clock()
     st = _state(tmp_path, clock)
@@ -188,11 +189,22 @@ def test_a_leading_trial_keeps_back_tries_at_its_own_capacity_not_the_best_ones(
     assert sizing.points_time_left(st, trial) is None
     clock.t += 2.0
     assert sizing.points_time_left(st, trial) is not None
-    # A load failed: two tries at the fitted capacity (between 5.46 and 6.5).
-    trial.points.append(_point(6.5, False))
-    _samples(st, 1, 6.5, 5000.0)
+    # A load failed far above (6.9, 1.26x): one try at the fitted capacity, so that a point
+    # between the two still fits.
+    trial.points.append(_point(6.9, False))
+    _samples(st, 1, 6.9, 5000.0)
     est = st.estimate(1)
-    assert est is not None and est.censored == "none" and 5.46 < (est.load or 0) < 6.5
+    assert est is not None and est.censored == "none" and 5.46 < (est.load or 0) < 6.9
+    one = 505 / (est.load or 1) + 8.0
+    clock.t = BUDGET_S - 20.0 - one - 1.0
+    assert sizing.points_time_left(st, trial) is None
+    clock.t += 2.0
+    assert sizing.points_time_left(st, trial) is not None
+    # Bracketed within the search's resolution (6.1 failed, 1.12x): two tries there.
+    trial.points.append(_point(6.1, False))
+    _samples(st, 1, 6.1, 3000.0)
+    est = st.estimate(1)
+    assert est is not None and est.censored == "none" and 5.46 < (est.load or 0) < 6.1
     two = 2 * (505 / (est.load or 1) + 8.0)
     clock.t = BUDGET_S - 20.0 - two - 1.0
     assert sizing.points_time_left(st, trial) is None
