@@ -4,6 +4,7 @@ vLLM's defaults at 2.73 requests/s, about 196 s for one 505-request confirmation
 
 from __future__ import annotations
 
+import math
 import random
 from pathlib import Path
 
@@ -225,7 +226,7 @@ def test_after_the_first_trial_another_needs_room_for_the_unconfirmed_best_on_a_
     tmp_path: Path,
 ) -> None:
     """The first trial is a gamble the probe backs: it needs only its own confirmation. Any
-    later one that loses must still leave the best (unconfirmed) a fresh start and a try."""
+    later one that loses must still leave the best (unconfirmed) a fresh start and two tries."""
     clock = Clock()
     st = _state(tmp_path, clock)
     st.baseline = _trial(0, 122.0, 2.73)
@@ -234,7 +235,7 @@ def test_after_the_first_trial_another_needs_room_for_the_unconfirmed_best_on_a_
     assert sizing.another_trial_fits(st)  # no trial measured yet
     st.trials = [_trial(1, 60.0, 2.5)]  # measured, and behind the baseline
     assert sizing.start_estimate_s(st) == 60.0
-    strict = sizing.trial_min_s(st) + 60.0 + 30.0 + sizing.confirm_try_s(st)
+    strict = sizing.trial_min_s(st) + 60.0 + 30.0 + 2 * sizing.confirm_try_s(st)
     clock.t = BUDGET_S - strict - 1.0
     assert sizing.another_trial_fits(st)
     clock.t += 2.0
@@ -242,3 +243,23 @@ def test_after_the_first_trial_another_needs_room_for_the_unconfirmed_best_on_a_
     # The baseline confirmed already: only the next trial's own confirmation must fit.
     st.baseline_confirmed = object()  # type: ignore[assignment]  # only its presence counts
     assert sizing.another_trial_fits(st)
+
+
+def test_a_rate_point_spans_three_lifetimes_of_the_failed_point_above_it(tmp_path: Path) -> None:
+    """Seed 61's trial 1 on the AMD machines: held at 6.49 requests/s (E2E p50 4.9 s), broke
+    at 9.09 (10.3 s). A point between the two spans three of the failed point's lifetimes (the
+    held one's understate them there); a point above every failed one, or in a trial with
+    none, three of the held point's."""
+    st = _state(tmp_path, Clock())
+    trial = _trial(1, 50.0, 6.49)
+    assert sizing.n_search(st, 6.49, trial) == math.ceil(15.0 * 6.49)  # nothing measured yet
+    trial.points = [_point(6.49, True, e2e_ms=4_900.0)]
+    assert sizing.n_search(st, 9.09, trial) == math.ceil(15.0 * 9.09)  # 3 x 4.9 s < 15 s
+    trial.points.append(_point(9.09, False, e2e_ms=10_300.0))
+    assert sizing.n_search(st, 8.02, trial) == math.ceil(3 * 10.3 * 8.02)
+    assert sizing.n_search(st, 12.0, trial) == math.ceil(15.0 * 12.0)
+    trial.points.append(_point(8.02, True, e2e_ms=9_000.0))
+    assert sizing.n_search(st, 8.5, trial) == math.ceil(3 * 10.3 * 8.5)
+    # At most four times the point's span, however long a failed point's requests lived.
+    trial.points.append(_point(8.8, False, e2e_ms=90_000.0))
+    assert sizing.n_search(st, 8.5, trial) == math.ceil(60.0 * 8.5)
