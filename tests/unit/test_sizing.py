@@ -186,40 +186,34 @@ def test_a_leading_trial_keeps_back_tries_at_its_own_capacity_not_the_best_ones(
     _samples(st, 1, 5.46, 900.0)
     one_at_5_46 = 505 / 5.46 + 8.0
     # Censored above (nothing failed yet): one try at its highest load.
-    clock.t = BUDGET_S - 20.0 - one_at_5_46 - 1.0
-    assert sizing.points_time_left(st, trial) is None
-    clock.t += 2.0
-    assert sizing.points_time_left(st, trial) is not None
+    _keeps_back(st, clock, trial, one_at_5_46)
     # A load failed far above (6.9, 1.26x): one try at the fitted capacity, so that a point
     # between the two still fits.
     trial.points.append(_point(6.9, False))
     _samples(st, 1, 6.9, 5000.0)
     est = st.estimate(1)
     assert est is not None and est.censored == "none" and 5.46 < (est.load or 0) < 6.9
-    one = 505 / (est.load or 1) + 8.0
-    clock.t = BUDGET_S - 20.0 - one - 1.0
-    assert sizing.points_time_left(st, trial) is None
-    clock.t += 2.0
-    assert sizing.points_time_left(st, trial) is not None
+    _keeps_back(st, clock, trial, 505 / (est.load or 1) + 8.0)
     # Bracketed within the search's resolution (6.1 failed, 1.12x): two tries there.
     trial.points.append(_point(6.1, False))
     _samples(st, 1, 6.1, 3000.0)
     est = st.estimate(1)
     assert est is not None and est.censored == "none" and 5.46 < (est.load or 0) < 6.1
-    two = 2 * (505 / (est.load or 1) + 8.0)
-    clock.t = BUDGET_S - 20.0 - two - 1.0
-    assert sizing.points_time_left(st, trial) is None
-    clock.t += 2.0
-    assert sizing.points_time_left(st, trial) is not None
+    _keeps_back(st, clock, trial, 2 * (505 / (est.load or 1) + 8.0))
     # Trailing the baseline: the baseline's fresh confirmation is what must fit.
     slow = _trial(2, 55.0, 1.0)
     slow.points = [_point(1.0, True), _point(2.0, False)]
     _samples(st, 2, 1.0, 300.0)
     _samples(st, 2, 2.0, 5000.0)
-    clock.t = BUDGET_S - 20.0 - fresh + 1.0
-    assert sizing.points_time_left(st, slow) is not None
-    clock.t = BUDGET_S - 20.0 - fresh - 1.0
-    assert sizing.points_time_left(st, slow) is None
+    _keeps_back(st, clock, slow, fresh)
+
+
+def _keeps_back(st: RunState, clock: Clock, trial: TrialReport, reserve_s: float) -> None:
+    """The search takes a next point (its last one's 20 s) only with ``reserve_s`` left after."""
+    clock.t = BUDGET_S - 20.0 - reserve_s - 1.0
+    assert sizing.points_time_left(st, trial) is None
+    clock.t += 2.0
+    assert sizing.points_time_left(st, trial) is not None
 
 
 def test_after_the_first_trial_another_needs_room_for_the_unconfirmed_best_on_a_fresh_start(
