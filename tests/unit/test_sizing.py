@@ -171,8 +171,7 @@ def test_a_leading_trial_keeps_back_tries_at_its_own_capacity_not_the_best_ones(
 ) -> None:
     """While a trial leads, its search keeps back what a confirmation on its own server at its
     own (higher) capacity needs: one try while its capacity is not bracketed narrowly, two
-    once it is. A trial
-    that trails keeps back the best's confirmation on a fresh start."""
+    once it is. A trial that trails keeps back the best's confirmation on a fresh start."""
     clock = Clock()
     st = _state(tmp_path, clock)
     st.baseline = base = _trial(0, 122.0, 2.73)
