@@ -118,15 +118,15 @@ def consistent_best(points: list[PointOutcome]) -> PointOutcome | None:
     return max(held, key=lambda p: p.load) if held else None
 
 
-def _next_up(p: PointOutcome, growth: float, axis: LoadAxis) -> float:
+def _next_up(p: PointOutcome, growth: float, axis: LoadAxis, rate_step: float) -> float:
     factor = growth
     if axis.kind == "rate":
         # Open-loop latency is flat until close to saturation, then rises steeply: a margin far
         # under the limit says little about how far the limit is, so a step up is at most
-        # RATE_STEP (a doubling would overshoot by far and leave a bracket only a straight line
-        # can cross, well under the capacity), and smaller once the margin nears the limit.
+        # ``rate_step`` (a doubling would overshoot by far and leave a bracket only a straight
+        # line can cross, well under the capacity), and smaller once the margin nears the limit.
         near = min(1.0, max(0.0, -p.worst_margin) / RATE_CLOSE_MARGIN)
-        factor = min(growth, max(1.05, 1.0 + (RATE_STEP - 1.0) * near))
+        factor = min(growth, max(1.05, 1.0 + (rate_step - 1.0) * near))
     elif p.worst_margin < 0 and math.isfinite(p.worst_margin):
         # When the worst margin is close to zero, a full doubling likely overshoots: aim at
         # about where latency would reach the limit if it grew linearly with concurrency, but
@@ -157,6 +157,7 @@ def find_capacity(
     start: float,
     axis: LoadAxis = CONCURRENCY,
     growth: float = 2.0,
+    rate_step: float = RATE_STEP,
     resolution: float = RESOLUTION,
     max_points: int = 7,
     saturation_gain: float = 1.03,
@@ -169,6 +170,8 @@ def find_capacity(
         measure: runs one load point on the live engine.
         start: the first load to try (rounded onto the axis).
         axis: concurrency or request rate, with its bounds.
+        growth: the concurrency axis's largest step up while everything holds.
+        rate_step: the rate axis's largest step up (smaller near the limit; ``_next_up``).
         resolution: stop refining once the failed/held load ratio is within this.
         max_points: the most load points to measure.
         saturation_gain: stop climbing when throughput grew by less than this factor.
@@ -206,7 +209,7 @@ def find_capacity(
             saturated = bool(prev) and top.output_tokens_per_s < saturation_gain * max(prev)
             if top.load >= axis.maximum or saturated:
                 return None
-            x = _next_up(top, growth, axis)
+            x = _next_up(top, growth, axis, rate_step)
         else:  # everything failed so far: descend
             low = min(q.load for q in failed)
             x = axis.floor(low / 2) if low > axis.minimum else None

@@ -11,9 +11,10 @@ Search points are short, so the recommendation is measured again before ``meets_
    holds with the headroom and none is provisional.
 3. Then refine within the tries (and the time) allowed: after a try that meets them, the
    capacity is estimated again with that full-size point in it, and a higher load is tried if
-   the refit puts the target above; after one that does not, a lower one, from the refit (or by
-   at least as much as the latency must fall, further where the refit says so). Never a load
-   at or above one that missed the headroom, nor at or below one that kept it.
+   the refit puts the target at least 3 % above it (``MIN_STEP_UP``); after one that does not,
+   a lower one, from the refit (or by at least as much as the latency must fall, further where
+   the refit says so). Never a load at or above one that missed the headroom, nor at or below
+   one that kept it.
 4. The result is the highest load that met them; without one, the closest try, which does not
    meet the SLOs, and the caller says so.
 
@@ -37,6 +38,10 @@ from tuner.capacity import LoadAxis
 from tuner.estimate import Constraint, Samples, estimate
 
 STEP_DOWN_FLOOR = 0.85  # the lowest fraction of a missed load the next try goes to
+# A try up must aim at least this much above the highest load that met the SLOs: a smaller
+# step costs a full-size sample for a gain within what repeats of one load differ by (vLLM's
+# client: +-2.5 % on the AMD machines).
+MIN_STEP_UP = 1.03
 
 
 @dataclass
@@ -147,7 +152,10 @@ def confirm(
             break
         nxt = _next(res.tries, points, cons, axis, headroom, load_margin)
         if nxt is None:
-            res.stopped = "the load is pinned between a try that met the SLOs and one that did not"
+            res.stopped = (
+                "no load left worth a try: none between a try that met the SLOs and one that "
+                f"did not, or none {MIN_STEP_UP - 1:.0%} above the highest that met them"
+            )
             break
         if why := may_try(nxt):
             res.stopped = why
@@ -182,6 +190,8 @@ def _next(
         # Every load held even with headroom: reach a little higher than the last try.
         want = est.load if est.censored == "none" and est.load else last.load * 1.1
         nxt = axis.floor(min(want, hi, ceiling(points, cons, load_margin)))
+        if nxt < MIN_STEP_UP * lo:
+            return None
     else:
         over = max(last.verdict.worst_margin + headroom, 0.05)
         # The search's short points were optimistic: step down to where the refit (with this

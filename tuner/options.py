@@ -23,6 +23,7 @@ from pydantic import (
 
 from probes.slo import SLOSet
 from probes.workload import Workload
+from tuner.capacity import RATE_STEP
 from tuner.compare import TIE_BAND
 from tuner.space import STAGE_ORDER
 
@@ -58,6 +59,7 @@ class TuneOptions(BaseModel):
     start_rate_rps: float | None = Field(None, gt=0)  # default: what the probe's point sustained
     max_rate_rps: float = Field(1000.0, gt=0)
     search_point_s: float = Field(15.0, gt=0)  # a rate point's arrivals span at least this long
+    rate_step: float = Field(RATE_STEP, gt=1)  # the rate search's largest step up (capacity.py)
     salt: str | None = None  # the workload's random salt (default: fresh per run)
     side_by_side: bool = True  # repeat two configurations too close to call, interleaved
     confirm_baseline: bool = True  # confirm the baseline too, so the gain is confirmed/confirmed

@@ -149,6 +149,7 @@ class Evaluator:
             lambda x: self.point(server, trial, x, sizing.n_search(st, x, trial), label),
             start=start,
             axis=st.axis,
+            rate_step=st.opts.rate_step,
             abandon=None if baseline else abandon,
             max_points=7 if st.launches else max(1, st.opts.trials),
             should_stop=partial(sizing.points_time_left, st, trial),

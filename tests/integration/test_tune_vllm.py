@@ -55,8 +55,10 @@ def test_short_tuning_run(tmp_path: Path) -> None:
             output_dir=tmp_path,
             space_file=CI_SPACE,
             # The default load model: open-loop Poisson arrivals, starting from what the probe's
-            # load point sustained; short points for CI.
+            # load point sustained; short points and a loose SLO's long climb in doublings, for
+            # CI.
             search_point_s=2.0,
+            rate_step=2.0,
             max_rate_rps=16.0,
             search_min_requests=12,
             confirm_requests=24,

@@ -325,3 +325,19 @@ def test_a_confirmed_claim_below_the_confirmed_baseline_is_weaker() -> None:
     # Only a like-for-like comparison decides: both met every SLO with the headroom.
     assert not weaker_than(claim(400.0), claim(498.3, meets=False))
     assert not weaker_than(claim(400.0, meets=False), claim(498.3))
+
+
+def test_no_try_up_by_less_than_the_minimum_step() -> None:
+    # The search's points put the target at 22.5; the server is 1 % faster, so the refit after
+    # a first try that meets puts it about 0.5 % higher: not worth another full-size sample.
+    search, now = System(ms_per_load=40.0), System(ms_per_load=39.6)
+    rate = LoadAxis("rate", minimum=0.05, maximum=100)
+    pts = search_points(search, [8, 16, 32])
+    res = confirm(now.measure(505), search_points=pts, cons=CONS, axis=rate, headroom=0.10)
+    assert [t.load for t in res.tries] == [22.5]
+    assert res.chosen is not None and res.chosen.load == 22.5
+    assert "3%" in res.stopped
+    # 10 % faster: the refit is well above, and the next try goes up.
+    faster = System(ms_per_load=36.0)
+    res = confirm(faster.measure(505), search_points=pts, cons=CONS, axis=rate, headroom=0.10)
+    assert len(res.tries) >= 2 and res.tries[1].load >= 1.03 * 22.5
