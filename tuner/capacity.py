@@ -28,7 +28,7 @@ The highest load that held counts only below the lowest load that failed.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -118,6 +118,15 @@ def consistent_best(points: list[PointOutcome]) -> PointOutcome | None:
     return max(held, key=lambda p: p.load) if held else None
 
 
+def bracketed(points: Iterable[tuple[float, bool]], resolution: float = RESOLUTION) -> bool:
+    """Whether the lowest load that failed lies within ``resolution`` x the highest that held
+    under it: the capacity is found as well as a search refines it. ``points``: (load, held)."""
+    pts = list(points)
+    lowest_fail = min((x for x, ok in pts if not ok), default=math.inf)
+    held = [x for x, ok in pts if ok and x < lowest_fail]
+    return bool(held) and lowest_fail <= resolution * max(held)
+
+
 def _next_up(p: PointOutcome, growth: float, axis: LoadAxis, rate_step: float) -> float:
     factor = growth
     if axis.kind == "rate":
@@ -163,6 +172,7 @@ def find_capacity(
     saturation_gain: float = 1.03,
     abandon: Callable[[list[PointOutcome]], str | None] | None = None,
     should_stop: Callable[[], str | None] = lambda: None,
+    too_short: Callable[[float], bool] = lambda load: False,
 ) -> CapacityResult:
     """Measure loads until the highest one whose point holds every SLO is bracketed.
 
@@ -179,9 +189,15 @@ def find_capacity(
         should_stop: checked before every point after the first (the run's time budget); a
             reason stops the search with what it has, recorded in ``abandoned`` when nothing
             held yet.
+        too_short: whether what was measured at a load that held is too short a sample to
+            trust, now that a load above it failed (open loop: fewer arrivals than a point
+            there would get now, ``sizing.n_search``). The highest load that held below a
+            failure is then measured once more, before the bracket is refined or the search
+            stops on it; a failure there moves the bracket down.
     """
     res = CapacityResult(best=None)
     by_load: dict[float, PointOutcome] = {}
+    again: set[float] = set()  # loads measured once more (``too_short``)
 
     def run(x: float) -> PointOutcome:
         if res.points and (why := should_stop()):
@@ -200,10 +216,12 @@ def find_capacity(
         above = [q for q in failed if top is None or q.load > top.load]
         x: float | None
         if top is not None and above:  # bracketed: refine
-            hi = min(above, key=lambda q: q.load)
-            if hi.load <= top.load * resolution:
+            if top.load not in again and too_short(top.load):
+                again.add(top.load)
+                return top.load
+            if bracketed(((q.load, q.holds) for q in res.points), resolution):
                 return None
-            x = _interpolate(top, hi, axis)
+            x = _interpolate(top, min(above, key=lambda q: q.load), axis)
         elif top is not None:  # everything held so far: climb unless saturated
             prev = [q.output_tokens_per_s for q in res.points if q.load < top.load]
             saturated = bool(prev) and top.output_tokens_per_s < saturation_gain * max(prev)

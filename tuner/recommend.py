@@ -299,6 +299,7 @@ def _confirm_fresh(st: RunState, ev: Evaluator, best: TrialReport) -> Recommenda
         return None
     if rec is None:
         return None
+    rec.fresh_start = spec is not None
     rec.confirmation = (
         f"engine restarted from launch_command, warmed up, then {_tries(rec)} "
         f"({_loads(st, rec)}); the claim is the highest that met every SLO"
@@ -344,6 +345,7 @@ def confirm_baseline_late(st: RunState, ev: Evaluator) -> Recommendation | None:
         st.say(f"baseline confirmation: {exc}")
         return None
     if base is not None:
+        base.fresh_start = True
         base.confirmation = (
             "the baseline started again from its launch command after the recommendation's "
             f"confirmation (the budget put it off to make room for a trial): {_loads(st, base)}"

@@ -234,8 +234,10 @@ def render_markdown(r: Report) -> str:
             f"({gain}): {verdict}, measured with {rec.n_requests} requests "
             + (
                 "after a fresh start from the launch command below."
-                if not rec.confirmation or rec.confirmation.startswith("engine restarted")
+                if rec.fresh_start
                 else f"({rec.confirmation})."
+                if rec.confirmation
+                else "."
             ),
             "",
             *(

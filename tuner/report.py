@@ -148,6 +148,7 @@ class Recommendation(Strict):
     gain_vs_baseline: float | None
     gain_basis: str = ""
     confirmation: str  # how the claim was measured
+    fresh_start: bool = False  # measured on a fresh start of ``launch_command``, after the search
 
 
 class Rescored(Strict):

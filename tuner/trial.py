@@ -153,6 +153,7 @@ class Evaluator:
             abandon=None if baseline else abandon,
             max_points=7 if st.launches else max(1, st.opts.trials),
             should_stop=partial(sizing.points_time_left, st, trial),
+            too_short=partial(sizing.too_short, st, trial),
         )
         self._score(trial, cap.abandoned)
         if baseline and trial.status == "ok" and st.opts.confirm_baseline and st.launches:

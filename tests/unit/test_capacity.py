@@ -329,6 +329,38 @@ def test_an_open_loop_climb_does_not_leap_past_a_flat_latency() -> None:
     assert res.points[1].load == pytest.approx(7.0, rel=0.01)
 
 
+def test_a_short_held_end_of_a_bracket_is_measured_once_more() -> None:
+    # A short point at 6.66 holds, a long one there breaks (the queue shows only on a longer
+    # run); 7.98 breaks. The search measures 6.66 again before refining, once, and the
+    # bracket moves down under it.
+    axis = LoadAxis("rate", minimum=0.05, maximum=200.0)
+    seen: list[float] = []
+
+    def measure(r: float) -> PointOutcome:
+        seen.append(r)
+        if r == 6.66:
+            again = seen.count(r) > 1
+            return PointOutcome(r, not again, 0.4 if again else -0.4, 420.0)
+        return PointOutcome(r, r < 6.0, -0.6 if r < 6.0 else 0.8, 64.0 * min(r, 6.0))
+
+    res = find_capacity(
+        measure,
+        start=4.76,
+        axis=axis,
+        max_points=8,
+        rate_step=1.4,
+        too_short=lambda x: x == 6.66,
+    )
+    assert seen[:2] == [4.76, 6.66] and seen[2] > 6.66 and seen[3] == 6.66
+    assert seen.count(6.66) == 2  # once more, not again and again
+    assert res.best is not None and res.best.load < 6.0
+    # Without it the search stops on the short point's word: 6.66 "holds".
+    seen.clear()
+    res = find_capacity(measure, start=4.76, axis=axis, max_points=8, rate_step=1.4)
+    assert seen.count(6.66) == 1
+    assert res.best is not None and res.best.load >= 6.66
+
+
 def test_the_rate_axis_rounds_and_floors() -> None:
     axis = LoadAxis("rate", minimum=0.05, maximum=100.0)
     assert axis.quantize(3.14159) == 3.14

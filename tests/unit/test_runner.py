@@ -137,6 +137,11 @@ def test_tuning_loop_end_to_end_on_a_fake_engine(tmp_path: Path) -> None:
     assert rec["from_trial"] == 1
     assert rec["launch_command"][:2] == [sys.executable, str(FAKE)]
     assert "--port" in rec["launch_command"]
+    assert rec["fresh_start"] is True
+    assert (
+        "requests after a fresh start from the launch command below."
+        in (runner.out / "report.md").read_text()
+    )
     assert rec["gain_vs_baseline"] > 1
     # Both figures of the gain were confirmed the same way (the baseline on its own server).
     base_c = data["baseline_confirmation"]

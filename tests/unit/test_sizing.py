@@ -256,3 +256,33 @@ def test_a_rate_point_spans_three_lifetimes_of_the_failed_point_above_it(tmp_pat
     # At most four times the point's span, however long a failed point's requests lived.
     trial.points.append(_point(8.8, False, e2e_ms=90_000.0))
     assert sizing.n_search(st, 8.5, trial) == math.ceil(60.0 * 8.5)
+
+
+def _with_requests(p: PointReport, n: int) -> PointReport:
+    return p.model_copy(update={"metrics": p.metrics.model_copy(update={"n_requests": n})})
+
+
+def test_a_held_point_too_short_for_the_failure_above_it_is_measured_again(
+    tmp_path: Path,
+) -> None:
+    """Seed 64's trial 1 on the AMD machines: 164 requests at 6.66 requests/s held while every
+    load had held; then 7.98 broke with requests living 25 s. Three of those lifetimes at 6.66
+    are 400 arrivals (the 60 s cap), so 164 is too short; 164 + 400 is not."""
+    st = _state(tmp_path, Clock())
+    trial = _trial(1, 50.0, 6.66)
+    trial.points = [_with_requests(_point(6.66, True, e2e_ms=9_000.0), 164)]
+    assert not sizing.too_short(st, trial, 6.66)  # nothing failed above: sized as it should be
+    trial.points.append(_with_requests(_point(7.98, False, e2e_ms=25_000.0), 393))
+    assert sizing.n_search(st, 6.66, trial) == math.ceil(60.0 * 6.66)
+    assert sizing.too_short(st, trial, 6.66)
+    trial.points.append(_with_requests(_point(6.66, True, e2e_ms=12_000.0), 400))
+    assert not sizing.too_short(st, trial, 6.66)  # both points at 6.66 together
+    # Two thirds of what the rule asks for are enough.
+    trial.points = [
+        _with_requests(_point(6.66, True, e2e_ms=9_000.0), 270),
+        _with_requests(_point(7.98, False, e2e_ms=25_000.0), 393),
+    ]
+    assert not sizing.too_short(st, trial, 6.66)
+    # A closed loop's point size does not depend on lifetimes: never measured again.
+    st.axis = LoadAxis("concurrency", minimum=1, maximum=64)
+    assert not sizing.too_short(st, trial, 6.66)

@@ -66,6 +66,7 @@ def test_a_tight_budget_confirms_the_leader_in_place_and_the_baseline_last(
     rec = report.recommended
     assert rec is not None and rec.from_trial == 1, text
     assert rec.confirmation.startswith("trial 1's own start from its launch command"), text
+    assert not rec.fresh_start
     assert rec.tries and rec.n_requests >= 60  # the full sample (confirm_requests)
     # Three starts: the baseline, trial 1 (confirmed on its own server), the baseline again.
     # No restart of trial 1, and trial 2 was not started (no room for it).
@@ -76,6 +77,7 @@ def test_a_tight_budget_confirms_the_leader_in_place_and_the_baseline_last(
     base = report.baseline_confirmation
     assert base is not None and base.tries, text
     assert base.confirmation.startswith("the baseline started again"), text
+    assert base.fresh_start
     assert rec.gain_vs_baseline is not None and rec.gain_vs_baseline > 1.0, rec.gain_basis
     assert rec.gain_basis.startswith("confirmed over confirmed")
     assert rec.gain_vs_baseline == pytest.approx(
