@@ -57,6 +57,9 @@ def test_a_run_stopped_in_trial_2_resumes_without_measuring_0_and_1_again(
     starts_1 = len(started_1)
     assert store.checkpoints()[1].engine_starts == starts_1
     assert not store.load_meta().done
+    # Where the budget looked too short for trial 2 beside an unconfirmed trial 1 (a slow
+    # moment of a loaded machine), trial 1 was confirmed on its own server before trial 2.
+    placed = store.checkpoints()[1].trial_confirmed is not None
     before = json.loads((r1.out / "report.json").read_text())
     elapsed_1 = before["timing"]["wall_s"]
 
@@ -67,8 +70,9 @@ def test_a_run_stopped_in_trial_2_resumes_without_measuring_0_and_1_again(
     assert report.status == "complete" and r2.out == r1.out and r2.run_id == r1.run_id
     data = json.loads((r1.out / "report.json").read_text())
     # Trials 0 and 1 came back from their checkpoints: the only starts are trial 2's and the
-    # confirmation's.
-    assert started == ["002", "confirmation"]
+    # confirmation's (none if trial 1's confirmation came back with it).
+    want = ["002"] if placed else ["002", "confirmation"]
+    assert started == want, "\n".join(["run 1:", *first, "run 2:", *second])
     assert not _starts([line for line in second if "baseline" in line or "trial 1" in line])
     assert any("trial 1: ok, as measured before the resume" in line for line in second)
     assert data["baseline"] == before["baseline"]
@@ -80,7 +84,7 @@ def test_a_run_stopped_in_trial_2_resumes_without_measuring_0_and_1_again(
     assert data["salt"] == before["salt"]
     # Engine starts and time are counted over the whole run: run 1's, trial 2's, the
     # confirmation's.
-    assert data["timing"]["engine_starts"] == starts_1 + 2
+    assert data["timing"]["engine_starts"] == starts_1 + len(want)
     assert data["timing"]["wall_s"] > elapsed_1 * 0.5
     assert data["stages"][0]["trials"] == [1, 2]
     meta = FolderStore(r1.out).load_meta()
