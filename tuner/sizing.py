@@ -240,7 +240,10 @@ def _reserve_s(st: RunState, trial: TrialReport | None) -> float:
     held: the capacity lies above the highest, and a try there is the longest the confirmation
     could take. A wide bracket: its straight-line crossing lies under the capacity, and a
     first try at the load margin under that meets the SLOs with room.) Else the best's
-    confirmation on a fresh start."""
+    confirmation on a fresh start. The baseline, while trials are to follow, keeps back the
+    first trial's gate (``_first_trial_s``)."""
+    if trial is not None and trial.number == 0 and st.launches and st.opts.trials and not st.trials:
+        return _first_trial_s(st, trial)
     best = st.best()
     if trial is None or best is None or best is trial:
         return confirm_estimate_s(st)
@@ -257,3 +260,25 @@ def _reserve_s(st: RunState, trial: TrialReport | None) -> float:
     one = _try_s(st, x, top.metrics.requests_per_s, top.metrics.e2e_ms.p50)
     narrow = bracketed((st.point_load(p), p.verdict.holds) for p in trial.points)
     return 2 * one if narrow else one
+
+
+# Between a capacity search's last point and the next trial's gate: stopping the server,
+# scoring, saving the checkpoint (16 s on a 2-core Intel Xeon, 2026-12-02).
+STOP_S = 20.0
+
+
+def _first_trial_s(st: RunState, baseline: TrialReport) -> float:
+    """What the baseline's search keeps back while trials are to follow: the first trial's
+    gate (``another_trial_fits``: a start, a warm-up, one load point, one try on its own
+    server), estimated from the baseline's points so far, and the baseline server's stop. The
+    baseline is the reference and the trials the product: on a 2-core Intel Xeon (2026-12-02,
+    a 13-minute budget, a 163 s cold start), a baseline search that kept nothing back
+    bisected its edge with 60 s points until 222 s were left, no trial fitted, and the run
+    recommended the defaults."""
+    held = [p for p in baseline.points if p.verdict.holds]
+    one = 0.0
+    if held:
+        top = max(held, key=st.point_load)
+        m = top.metrics
+        one = _try_s(st, st.point_load(top), m.requests_per_s, m.e2e_ms.p50)
+    return trial_min_s(st, baseline) + one + STOP_S

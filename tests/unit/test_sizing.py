@@ -286,3 +286,36 @@ def test_a_held_point_too_short_for_the_failure_above_it_is_measured_again(
     # A closed loop's point size does not depend on lifetimes: never measured again.
     st.axis = LoadAxis("concurrency", minimum=1, maximum=64)
     assert not sizing.too_short(st, trial, 6.66)
+
+
+def test_the_baseline_search_keeps_back_the_first_trials_gate(tmp_path: Path) -> None:
+    """The 2-core Intel Xeon's run (2026-12-02): a 163 s cold start, the probe, then the
+    baseline's points from 240 s in. Kept nothing back, it took every point the budget held,
+    and no trial fitted after it. Now it stops while the first trial's gate still fits, and
+    trials disabled it keeps nothing back."""
+    clock = Clock()
+    st = _state(tmp_path, clock)
+    base = _trial(0, 163.0, 4.65, e2e_ms=7_000.0)
+    base.metrics = None  # scored only once its search ends
+    ladder = [(2.37, True, 20.0), (3.32, True, 20.0), (4.65, True, 20.0), (6.51, False, 35.0)]
+    ladder += [(4.65, True, 68.0), (5.12, True, 68.0), (5.47, False, 68.0)] * 3
+    clock.t = 240.0
+    for rate, holds, duration_s in ladder:
+        if base.points and sizing.points_time_left(st, base) is not None:
+            break
+        point = _point(rate, holds, e2e_ms=7_000.0)
+        point.metrics.duration_s = duration_s
+        base.points.append(point)
+        clock.t += duration_s
+    else:
+        raise AssertionError("the baseline's search never stopped")
+    clock.t += sizing.STOP_S
+    base.metrics = _metrics(4.65, 7_000.0)
+    st.baseline = base
+    assert sizing.another_trial_fits(st)
+    assert 4 <= len(base.points) < len(ladder)
+    # No trials to follow: the baseline keeps back what its own confirmation needs, as before.
+    st.baseline = None
+    st.opts.trials = 0
+    clock.t = BUDGET_S - base.points[-1].metrics.duration_s - 1.0  # room for one more point
+    assert sizing.points_time_left(st, base) is None
