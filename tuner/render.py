@@ -137,7 +137,7 @@ def _waterfall(r: Report) -> list[str]:
             continue
         score = t.score_tokens_per_s or 0.0
         step = f"{score / prev:.2f}x" if prev else "-"
-        total = f"{score / base:.2f}x" if base else "-"
+        total = f"{_upto(r.baseline)}{score / base:.2f}x" if base else "-"
         which = "baseline" if t.number == 0 else f"trial {t.number}"
         if t.number == prev_number:
             which += " (unchanged: nothing better)"
@@ -501,10 +501,23 @@ def _unconfirmed_baseline(r: Report) -> list[str]:
     if b is None or rec is None or rec.from_trial == 0 or b.score_tokens_per_s is None:
         return []
     searched, base = rec.search_score_tokens_per_s, b.score_tokens_per_s
+    upto = _upto(b)
+    which = (
+        "a lower bound of its search (every load it was tried at held: the budget kept its "
+        "time for the trials)"
+        if upto
+        else "its search estimate, from short points, which run optimistic under open-loop arrivals"
+    )
     return [
-        f"- Baseline not confirmed (time budget): {base:.0f} tokens/s is its "
-        "search estimate, from short points, which run optimistic under open-loop arrivals; "
+        f"- Baseline not confirmed (time budget): {base:.0f} tokens/s is {which}; "
         "compare it with the recommended configuration's search estimate"
-        + (f", {searched:.0f} tokens/s ({searched / base:.2f}x)" if searched else "")
+        + (f", {searched:.0f} tokens/s ({upto}{searched / base:.2f}x)" if searched else "")
         + ", not with the confirmed figure above"
     ]
+
+
+def _upto(reference: TrialReport) -> str:
+    """``at most `` before a ratio over ``reference``'s score where that score is a lower
+    bound (every load it was tried at held), else nothing."""
+    est = reference.estimate
+    return "at most " if est is not None and est.censored == "above" else ""

@@ -17,6 +17,7 @@ import pytest
 import tuner.engines.base as base_mod
 from tests.unit.test_runner import HW, FakeEngine, _options
 from tuner import sizing
+from tuner.render import render_markdown
 from tuner.report import TrialReport
 from tuner.runner import Runner
 from tuner.state import RunState
@@ -39,6 +40,8 @@ def _tight(monkeypatch: pytest.MonkeyPatch) -> list[str]:
         return real_fits(st, best, strict=strict) if lead is None or lead.number == 0 else False
 
     monkeypatch.setattr(sizing, "trial_min_s", trial_min_s)
+    # The baseline's search keeps nothing back for the first trial: every load it is tried at.
+    monkeypatch.setattr(sizing, "_first_trial_s", lambda st, baseline: 0.0)
     monkeypatch.setattr(sizing, "another_trial_fits", another_trial_fits)
     started: list[str] = []
     real_start = base_mod.ServerProcess.start
@@ -121,4 +124,15 @@ def test_without_room_at_the_end_the_baseline_stays_unconfirmed_and_no_gain_is_d
     assert "- Baseline not confirmed (time budget): " in md
     assert rec.search_score_tokens_per_s and report.baseline is not None
     ratio = rec.search_score_tokens_per_s / (report.baseline.score_tokens_per_s or 1.0)
+    # Every load the fake baseline was tried at held: its score is a lower bound, so each
+    # ratio over it is an upper one.
+    est = report.baseline.estimate
+    assert est is not None and est.censored == "above"
+    assert f"(at most {ratio:.2f}x), not with the confirmed figure above" in md
+    assert "is a lower bound of its search" in md
+    assert f"| at most {ratio:.2f}x |" in md  # the stage table's "vs baseline"
+    # Bracketed, its score is an estimate, and the ratios are as measured.
+    report.baseline.estimate = est.model_copy(update={"censored": "none"})
+    md = render_markdown(report)
     assert f"({ratio:.2f}x), not with the confirmed figure above" in md
+    assert "at most" not in md and "is its search estimate, from short points" in md
