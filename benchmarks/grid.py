@@ -16,7 +16,11 @@ limit, stepping up a ladder to the first break and bisecting to about 5 %. Its s
 output tokens/s there.
 
 With ``--report``, the workload, SLOs, error limit and model come from that run's report.json,
-and its recommended config is measured the same way after the grid. The summary then prints the
+and its recommended config is measured the same way after the grid. With ``--start``, each config's
+search starts at the previous config's capacity (the first at ``--start``) and steps from there,
+instead of climbing the whole ladder: the grid's neighbours hold similar loads, so that costs
+3-4 points a config where claim-size points (``--min-prompts 460 --prompts-per-load 0``, what a
+p99 verdict needs) up a ladder cost 6-8. The summary then prints the
 grid's best capacity, the recommendation's, their ratio (recommendation / grid best: >= 1 means
 the tuner found at least what the grid did) and the engine starts each needed (the run's
 ``timing.engine_starts`` against the grid's count). One pass; the machine is noisy, so treat
@@ -35,6 +39,7 @@ import argparse
 import json
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -254,6 +259,9 @@ def main() -> int:
         res = measure_config(name, spec, d, client, lm, opts, **kw)
         doc["configs"].append({"index": i, "params": params, **res, "label": label})
         save()
+        held = (res.get("capacity") or {}).get("capacity")
+        if opts.start is not None and held is not None:
+            opts = replace(opts, start=held)  # the next config starts where this one held
     rec = None
     if report is not None:
         r = report["recommended"]

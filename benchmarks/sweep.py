@@ -13,7 +13,11 @@ this folder on ``sys.path``). It owns:
   limit) and the error rate (failed / sent) <= the report's ``max_error_rate``;
 - the capacity search (``find_capacity``): step up a ladder of loads until the first point that
   breaks, then bisect between the last load that held and the first that broke (at most
-  ``bisect_steps`` extra points, fewer once the two are within ``resolution``, 5 %). Capacity is
+  ``bisect_steps`` extra points, fewer once the two are within ``resolution``, 5 %). With a
+  ``start`` instead of a ladder, it steps from there by ``step`` (x1.2), up while points hold and
+  down while they break, to the first bracket, then bisects: near a good guess that is 3-4
+  points where a ladder from the bottom spends one on every rung (claim-size points at low rates
+  are the longest of all). Capacity is
   the highest load that held; its score is vLLM's ``output_throughput`` (output tokens / window)
   there. Loads are whole numbers for concurrency, 3 significant figures for rates. A point sends
   ``max(min_prompts, prompts_per_load x load)`` prompts: for a rate, ``prompts_per_load`` is
@@ -252,9 +256,26 @@ class SweepOptions:
     prompts_per_load: float
     bisect_steps: int = 3
     resolution: float = 0.05  # stop bisecting once first broken / last held - 1 <= this
+    start: float | None = None  # the first load; None: climb the ladder instead
+    step: float = 1.2  # from ``start``: the factor between loads until the first bracket
+    max_steps: int = 8  # from ``start``: the most points before a bracket
 
     def prompts(self, x: float) -> int:
         return max(self.min_prompts, math.ceil(self.prompts_per_load * x))
+
+
+def _positive(text: str) -> float:
+    x = float(text)
+    if not x > 0:
+        raise argparse.ArgumentTypeError(f"must be above 0, got {text}")
+    return x
+
+
+def _above_one(text: str) -> float:
+    x = float(text)
+    if not x > 1:
+        raise argparse.ArgumentTypeError(f"must be above 1, got {text}")
+    return x
 
 
 def add_sweep_args(p: argparse.ArgumentParser, load_default: str | None) -> None:
@@ -296,6 +317,13 @@ def add_sweep_args(p: argparse.ArgumentParser, load_default: str | None) -> None
         default=0.05,
         help="stop bisecting once first broken / last held - 1 <= this (0.05)",
     )
+    add(
+        "--start",
+        type=_positive,
+        help="instead of the ladder: the first load, then steps of --step up or down to the"
+        " first bracket (grid.py: later configs start at the previous one's capacity)",
+    )
+    add("--step", type=_above_one, default=1.2, help="with --start: the factor between loads (1.2)")
     add("--warmup-prompts", type=int, default=32, help="thrown away after each start (32; 0 off)")
     add("--client-timeout", type=float, default=1800.0, help="seconds per client call (1800)")
     add("--startup-timeout", type=float, default=400.0, help="seconds a start may take (400)")
@@ -314,6 +342,8 @@ def sweep_options(lm: LoadModel, args: argparse.Namespace) -> SweepOptions:
         ),
         bisect_steps=args.bisect_steps,
         resolution=args.resolution,
+        start=lm.rounded(args.start) if args.start else None,
+        step=args.step,
     )
 
 
@@ -331,13 +361,16 @@ def find_capacity(
     points: list[Result] = []
     held: float | None = None
     broke: float | None = None
-    for x in opts.ladder:
-        ok, point = measure(x, "ladder")
-        points.append(point)
-        if not ok:
-            broke = x
-            break
-        held = x
+    if opts.start is not None:
+        held, broke = _bracket(measure, lm, opts, opts.start, points)
+    else:
+        for x in opts.ladder:
+            ok, point = measure(x, "ladder")
+            points.append(point)
+            if not ok:
+                broke = x
+                break
+            held = x
     for _ in range(opts.bisect_steps if broke is not None else 0):
         assert broke is not None
         lo = held or 0.0
@@ -350,6 +383,38 @@ def find_capacity(
         points.append(point)
         held, broke = (mid, broke) if ok else (held, mid)
     return {"capacity": held, "held": held, "broke": broke, "points": points}
+
+
+def _bracket(
+    measure: Callable[[float, str], tuple[bool, Result]],
+    lm: LoadModel,
+    opts: SweepOptions,
+    x: float,
+    points: list[Result],
+) -> tuple[float | None, float | None]:
+    """From ``x``, step by ``opts.step``: up while loads hold, down while they break, until a
+    held load lies next to a broken one (or ``max_steps`` points, or the axis's lowest load).
+    Returns (the highest held load, the lowest broken one), either None if not found."""
+    held: float | None = None
+    broke: float | None = None
+    x = lm.rounded(x)
+    for _ in range(opts.max_steps):
+        ok, point = measure(x, "step")
+        points.append(point)
+        if ok:
+            held = x
+        else:
+            broke = x
+        if held is not None and broke is not None:
+            break
+        nxt = lm.rounded(x * opts.step if ok else x / opts.step)
+        if nxt == x:
+            # Rounding stalls the step (a concurrency of 1 or 2): move by one unit of the axis.
+            nxt = lm.rounded(x + 1 if ok else x - 1)
+        if nxt <= 0 or nxt == x:
+            break
+        x = nxt
+    return held, broke
 
 
 def capacity(
@@ -445,7 +510,7 @@ def measure_config(
                 # warms up), so the batch sizes the first point reaches have been run once; a
                 # closed loop of 8 leaves a rate point's first seconds to compile larger ones.
                 if lm.name == "rate":
-                    x0 = opts.ladder[0]
+                    x0 = opts.start or opts.ladder[0]
                     w0: Result = {"rate_rps": x0}
                     n0 = max(warmup_prompts, min(64, math.ceil(8 * x0)))
                     shown = lm.show(x0)
