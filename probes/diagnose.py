@@ -173,9 +173,14 @@ def run_diagnosis(
     rates = None
     if measure_roofline:
         rates = measure_device(device, llc_bytes=llc)
+        fp32 = (
+            f", float32 {rates.fp32_matmul_tflops * 1000:.0f}"
+            if rates.fp32_matmul_tflops is not None
+            else ""
+        )
         progress(
             f"probe: {device} copy {rates.memory_bandwidth_gbps:.1f} GB/s, bf16 matmul "
-            f"{rates.matmul_tflops * 1000:.0f} GFLOP/s"
+            f"{rates.matmul_tflops * 1000:.0f} GFLOP/s{fp32}"
         )
     tpot1 = next((p.tpot_ms_p50 for p in decode if p.concurrency == 1), None)
     first, last = decode[0], decode[-1]
@@ -201,6 +206,7 @@ def run_diagnosis(
         llc_bytes=llc,
         batching_gain=gain,
         tpot_growth=growth,
+        bf16_over_fp32=rates.bf16_over_fp32 if rates else None,
     )
     return Diagnosis(
         prefill_sweep=prefill,

@@ -22,6 +22,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+MATMUL_MAX_S = 1.0  # a matmul's product longer than this is measured at a quarter of the side
+
 
 class DeviceRates(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -33,6 +35,18 @@ class DeviceRates(BaseModel):
     matmul_n: int
     matmul_dtype: str
     matmul_tflops: float  # 2 n^3 / s, median of repeats
+    # The same product in float32 (None in older reports): a bf16 rate far under it means the
+    # device emulates bf16 (a CPU without AVX512-BF16 or AMX), and a model served in float32
+    # computes faster there.
+    fp32_matmul_n: int | None = None
+    fp32_matmul_tflops: float | None = None
+
+    @property
+    def bf16_over_fp32(self) -> float | None:
+        """bf16 matmul throughput over float32's; None where float32 was not measured."""
+        if not self.fp32_matmul_tflops:
+            return None
+        return self.matmul_tflops / self.fp32_matmul_tflops
 
 
 class ModelSize(BaseModel):
@@ -97,10 +111,13 @@ def measure_device(
     matmul_n: int = 2048,
     repeats: int = 5,
 ) -> DeviceRates:
-    """Measure copy bandwidth and bf16 matmul throughput with torch on ``device``.
+    """Measure copy bandwidth and bf16 and float32 matmul throughput with torch on ``device``.
 
     Args:
         copy_mib: buffer size; default 4x the last-level cache (at least 256 MiB).
+        matmul_n: the matrices' side; smaller for a data type whose first product at a quarter
+            of it shows that one at full size would take over ``MATMUL_MAX_S`` (emulated bf16
+            on an AVX2-only CPU: about 8 s a product at 2048).
     """
     import torch
 
@@ -124,15 +141,31 @@ def measure_device(
 
     t_copy = timed(lambda: dst.copy_(src))
     bw = 2 * n_elems * 4 / t_copy / 1e9  # one read and one write per element
-    a = torch.randn(matmul_n, matmul_n, dtype=torch.bfloat16, device=device)
-    b = torch.randn(matmul_n, matmul_n, dtype=torch.bfloat16, device=device)
-    t_mm = timed(lambda: torch.mm(a, b))
+
+    def matmul(dtype: Any) -> tuple[int, float]:
+        """(side, TFLOP/s) of one data type's product, the side cut where it would be slow."""
+        n = matmul_n
+        small = max(1, matmul_n // 4)
+        a = torch.randn(small, small, dtype=dtype, device=device)
+        t0 = time.perf_counter()
+        torch.mm(a, a)
+        sync()
+        if (time.perf_counter() - t0) * (n / small) ** 3 > MATMUL_MAX_S:
+            n = small
+        a = torch.randn(n, n, dtype=dtype, device=device)
+        b = torch.randn(n, n, dtype=dtype, device=device)
+        return n, 2 * n**3 / timed(lambda: torch.mm(a, b)) / 1e12
+
+    n_bf16, bf16 = matmul(torch.bfloat16)
+    n_fp32, fp32 = matmul(torch.float32)
     return DeviceRates(
         device=device,
         threads=torch.get_num_threads() if device == "cpu" else None,
         copy_bytes=n_elems * 4,
         memory_bandwidth_gbps=bw,
-        matmul_n=matmul_n,
+        matmul_n=n_bf16,
         matmul_dtype="bfloat16",
-        matmul_tflops=2 * matmul_n**3 / t_mm / 1e12,
+        matmul_tflops=bf16,
+        fp32_matmul_n=n_fp32,
+        fp32_matmul_tflops=fp32,
     )

@@ -11,7 +11,9 @@ Rules (each figure comes from the probe's own sweeps, never from a data sheet):
   within 2x of that floor (the weights dominate the step), unless the weights fit in the
   last-level cache, in which case DRAM bandwidth is not what bounds it.
 - Batching pays off when output tokens/s grows at least 1.5x from concurrency 1 to the largest
-  concurrency swept (a step serves many sequences for about the price of one).
+  concurrency swept (a step serves many sequences for about the price of one). It pays off too
+  where bf16 matmuls run at under half float32's rate (``BF16_EMULATED``: a CPU without bf16
+  instructions emulates them; the batching stage holds the compute data type there).
 - Quantisation (fewer weight bytes per token) is expected to pay off when decoding is
   memory-bound and decoding takes at least a third of the time; else it mostly costs quality.
 - Speculative decoding is expected to pay off when decoding is memory-bound and a step's cost
@@ -28,6 +30,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 Expectation = Literal["likely", "unlikely", "unknown"]
+BF16_EMULATED = 0.5  # bf16 matmul rate / float32's under this: the device emulates bf16
 
 
 class StagePlan(BaseModel):
@@ -54,6 +57,7 @@ class ProbeVerdict(BaseModel):
     weights_fit_in_cache: bool | None
     batching_gain: float | None  # tokens/s at the largest swept concurrency / at concurrency 1
     tpot_growth: float | None  # TPOT at the largest swept concurrency / at concurrency 1
+    bf16_over_fp32: float | None = None  # bf16 matmul throughput / float32's on the device
     summary: str
     stages: list[StagePlan]
 
@@ -68,6 +72,7 @@ def decide(
     llc_bytes: int | None,
     batching_gain: float | None,
     tpot_growth: float | None,
+    bf16_over_fp32: float | None = None,
 ) -> ProbeVerdict:
     """Turn measured figures into the verdict and the stage plan (see the module docstring)."""
     decode_share = 1.0 - prefill_share
@@ -121,6 +126,16 @@ def decide(
                 weight=0.3,
                 reason=f"tokens/s grows only {batching_gain:.1f}x with the batch",
             )
+        )
+
+    emulated = bf16_over_fp32 is not None and bf16_over_fp32 < BF16_EMULATED
+    if emulated:
+        b = plans[-1]
+        b.expected, b.weight = "likely", 0.6
+        b.reason = (
+            f"bf16 matmuls run at {bf16_over_fp32:.1%} of float32's here (emulated: no bf16 "
+            f"instructions), so serving in float32 (the stage's dtype knob) computes faster; "
+            + b.reason
         )
 
     if memory_bound is None:
@@ -193,6 +208,11 @@ def decide(
         f"{max(prefill_share, decode_share):.0%} of request time is spent {where} "
         f"({split_source} figures); decoding is {mem}"
         + (" (the weights fit in the last-level cache)" if fits else "")
+        + (
+            f"; bf16 is emulated ({bf16_over_fp32:.1%} of float32's matmul rate)"
+            if emulated
+            else ""
+        )
         + ". Expected to pay off: "
         + (", ".join(p.name for p in plans if p.expected == "likely") or "none")
         + "."
@@ -208,6 +228,7 @@ def decide(
         weights_fit_in_cache=fits,
         batching_gain=batching_gain,
         tpot_growth=tpot_growth,
+        bf16_over_fp32=bf16_over_fp32,
         summary=summary,
         stages=plans,
     )

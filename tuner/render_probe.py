@@ -6,6 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from probes.metrics import LoadMetrics, Verdict
+from tuner.render_cells import lat
+from tuner.report import Report
 from tuner.text import ms_text
 
 
@@ -45,8 +47,7 @@ def render_probe(p: Any) -> str:
             lines.append(
                 f"  roofline: {d.model.weight_bytes / 1e6:.0f} MB of weights per decoded token; "
                 f"copy {d.device.memory_bandwidth_gbps:.1f} GB/s -> floor "
-                f"{ms_text(v.decode_floor_ms)}/token; bf16 matmul "
-                f"{d.device.matmul_tflops * 1000:.0f} GFLOP/s"
+                f"{ms_text(v.decode_floor_ms)}/token; {matmul_text(d.device)}"
             )
         for s in v.stages:
             lines.append(f"  stage {s.name}: {s.expected} ({s.reason})")
@@ -65,3 +66,52 @@ def _slo_verdict(v: Verdict, m: LoadMetrics) -> str:
     if v.provisional:
         return f"holds, provisionally: too few requests for the percentile ({checks})"
     return f"holds ({checks}; errors {m.error_rate:.1%})"
+
+
+def probe_section(r: Report) -> list[str]:
+    d = r.probe
+    if d is None:
+        return []
+    v = d.verdict
+    out = ["## Where the time goes (probe, on the baseline server)", "", f"**{v.summary}**", ""]
+    if d.load_metrics:
+        m = d.load_metrics
+        out.append(
+            f"At concurrency {d.load_concurrency}: TTFT p50 / p99 {lat(m.ttft_ms)}, "
+            f"time per output token p50 / p99 {lat(m.tpot_ms)}; prefill {v.prefill_share:.0%} "
+            f"/ decode {v.decode_share:.0%} of request time ({v.split_source} figures)."
+        )
+    if d.prefill_rate_tokens_per_s:
+        pts = ", ".join(f"{p.prompt_tokens} tok: {ms_text(p.ttft_ms_p50)}" for p in d.prefill_sweep)
+        out.append(
+            f"Prefill: {d.prefill_rate_tokens_per_s:.0f} prompt tokens/s (TTFT at concurrency 1: "
+            f"{pts})."
+        )
+    if d.decode_sweep:
+        pts = ", ".join(
+            f"c={p.concurrency}: {ms_text(p.tpot_ms_p50)}, {p.output_tokens_per_s:.0f} tok/s"
+            for p in d.decode_sweep
+        )
+        out.append(f"Decoding (TPOT p50, output tokens/s): {pts}.")
+    if d.device and d.model:
+        fit = ""
+        if d.llc_bytes:
+            fit = f" against a {d.llc_bytes / 2**20:.0f} MiB last-level cache"
+        out.append(
+            f"Roofline: {d.model.parameters / 1e6:.0f} M parameters, "
+            f"{d.model.weight_bytes / 1e6:.0f} MB of weights read per decoding step{fit}; "
+            f"measured copy bandwidth {d.device.memory_bandwidth_gbps:.1f} GB/s, so at least "
+            f"{ms_text(v.decode_floor_ms)} per step; measured {matmul_text(d.device)}."
+        )
+    out += ["", "| stage | expected to pay off | why | budget share |", "| --- | --- | --- | --- |"]
+    out += [f"| {s.name} | {s.expected} | {s.reason} | {s.weight:.0%} |" for s in v.stages]
+    out.append("")
+    return out
+
+
+def matmul_text(device: Any) -> str:
+    """``bf16 matmul 1 GFLOP/s, float32 74 GFLOP/s`` (float32 where it was measured)."""
+    out = f"bf16 matmul {device.matmul_tflops * 1000:.0f} GFLOP/s"
+    if device.fp32_matmul_tflops is not None:
+        out += f", float32 {device.fp32_matmul_tflops * 1000:.0f} GFLOP/s"
+    return out

@@ -16,7 +16,9 @@ How a knob value is rendered:
 Strings may use ``{cpu_list}``, ``{last_cpu}``, ``{n_cpus}``, ``{n_gpus}`` and ``{prefix}``,
 filled from the machine (tuner.hardware.template_context), and the user's paths
 ``{draft_model}``, ``{eagle_model}`` and ``{quantized_model}``; an option that ``requires`` one
-of them is left out of the space when the user did not name it.
+of them is left out of the space when the user did not name it. ``requires`` may also name a
+property of the machine that is empty where it does not hold (``bf16_emulated``: a CPU without
+bf16 instructions), so that an option exists only where it can pay off.
 
 Conditional knobs: ``when: {speculative_method: [ngram]}`` makes a knob exist only when an
 earlier knob of the same stage has one of the listed values (Optuna samples it only then).
@@ -53,7 +55,7 @@ class Emit(BaseModel):
     args: list[str] = []
     env: dict[str, str] = {}
     json_: dict[str, dict[str, Scalar]] = Field(default={}, alias="json")
-    requires: list[str] = []  # template keys (user paths) this option needs
+    requires: list[str] = []  # template keys (user paths, machine properties) it needs
     no_effect_log: str | None = None  # a log line that means the option did nothing
 
     @field_validator("no_effect_log")

@@ -255,6 +255,8 @@ def _probe(r: Report) -> ProbeView | None:
         figures.append(
             (f"{d.device.matmul_dtype} matmul", f"{d.device.matmul_tflops * 1000:.0f} GFLOP/s")
         )
+        if d.device.fp32_matmul_tflops is not None:
+            figures.append(("float32 matmul", f"{d.device.fp32_matmul_tflops * 1000:.0f} GFLOP/s"))
     if v.decode_floor_ms is not None:
         figures.append(("decode floor (weights / bandwidth)", f"{v.decode_floor_ms:.2f} ms/step"))
     if d.llc_bytes:

@@ -286,3 +286,35 @@ def test_probe_on_an_endpoint_measures_the_given_load(tmp_path: Path) -> None:
     assert result.metrics.n_completed == 6 and result.metrics.n_failed == 0
     assert result.load == {"concurrency": 2}
     assert result.metrics.ttft_ms.p50 is not None and result.metrics.tpot_ms.p50 is not None
+
+
+def test_verdict_emulated_bf16_expects_batching_to_pay_off_through_float32() -> None:
+    flat = dict(
+        prefill_share=0.7,
+        tpot_c1_ms=49.0,
+        weight_bytes=270_000_000,
+        bandwidth_gbps=20.0,
+        tpot_growth=5.7,
+        split_source="server",
+        llc_bytes=32 * 2**20,
+        batching_gain=1.1,  # tokens/s barely grows with the batch: batching alone is unlikely
+    )
+    plain = decide(**flat)  # type: ignore[arg-type]
+    assert {s.name: s.expected for s in plain.stages}["batching"] == "unlikely"
+    native = decide(bf16_over_fp32=1.9, **flat)  # type: ignore[arg-type]
+    assert native.stages == plain.stages and "emulated" not in native.summary
+    v = decide(bf16_over_fp32=1.1 / 74, **flat)  # type: ignore[arg-type]
+    batching = next(s for s in v.stages if s.name == "batching")
+    assert batching.expected == "likely" and "float32" in batching.reason
+    assert batching.weight > next(s for s in plain.stages if s.name == "batching").weight
+    assert "bf16 is emulated (1.5%" in v.summary
+    assert v.bf16_over_fp32 == pytest.approx(1.1 / 74)
+
+
+def test_device_rates_measure_float32_beside_bf16() -> None:
+    from probes.roofline import measure_device
+
+    r = measure_device("cpu", copy_mib=8, matmul_n=64, repeats=1)
+    assert r.matmul_dtype == "bfloat16" and r.matmul_tflops > 0
+    assert r.fp32_matmul_n == 64 and r.fp32_matmul_tflops is not None
+    assert r.bf16_over_fp32 == pytest.approx(r.matmul_tflops / r.fp32_matmul_tflops)

@@ -112,7 +112,7 @@ def test_render_cuda_float_and_categorical_flags(cuda: SearchSpace) -> None:
 @pytest.mark.parametrize(
     ("params", "needle"),
     [
-        ({"max_num_seq": 64}, "parameter 'max_num_seq' is unknown; known: max_num_seqs"),
+        ({"max_num_seq": 64}, "parameter 'max_num_seq' is unknown; known: dtype, max_num_seqs"),
         ({"max_num_seqs": 8}, "outside [16, 512]"),
         ({"max_num_seqs": 64.5}, "not a whole number"),
         ({"max_num_seqs": "64"}, "not a number"),
@@ -402,3 +402,18 @@ def test_transformers_space_contrasts_continuous_with_static() -> None:
         "--quantization",
         "bnb-4bit",
     ]
+
+
+def test_float32_exists_only_on_a_cpu_that_emulates_bf16(cpu: SearchSpace) -> None:
+    native = cpu.for_machine(0, {**CTX, "bf16_emulated": ""})
+    assert native.knobs()["dtype"].choices == ["auto"]
+    first = native.stage("batching").candidates  # type: ignore[union-attr]
+    assert first and all(c["dtype"] == "auto" for c in first)  # the float32 ones are dropped
+    emulated = cpu.for_machine(0, {**CTX, "bf16_emulated": "yes"})
+    assert emulated.knobs()["dtype"].choices == ["auto", "float32"]
+    cands = emulated.stage("batching").candidates  # type: ignore[union-attr]
+    assert [c["dtype"] for c in cands[:2]] == ["float32", "float32"]  # they go first
+    assert [c["dtype"] for c in cands[2:]] == ["auto"] * (len(cands) - 2)
+    args = emulated.render(cands[0], CTX).args
+    assert args[args.index("--dtype") + 1] == "float32"
+    assert "--dtype" not in emulated.render(cands[2], CTX).args

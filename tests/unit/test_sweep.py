@@ -9,7 +9,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
-from sweep import LOAD_MODELS, SweepOptions, find_capacity  # noqa: E402
+from sweep import LOAD_MODELS, SweepOptions, find_capacity
 
 RATE, CONC = LOAD_MODELS["rate"], LOAD_MODELS["concurrency"]
 
