@@ -2,8 +2,9 @@
 
 What a tuner has to beat: ``GRID`` below (16 configurations of the vllm-cpu search space's
 batching stage, spanning what ENVIRONMENT.md found to matter on the 2-core machines: thread
-binding, compilation, the prefill chunk size, the batch limit and streaming granularity), or a
-list of your own with ``--grid``. Each launch command is built exactly as the tuner builds a
+binding, compilation, the prefill chunk size, the batch limit and streaming granularity; on a
+CPU without bf16 instructions each but the baseline in ``dtype=float32``), or a list of your
+own with ``--grid``. Each launch command is built exactly as the tuner builds a
 trial's: the space's common settings, then its baseline, with the rendered knobs overriding the
 baseline's flags and environment (``tuner_spec``, from tuner.space and the engine's
 ``launch_spec``). Knobs a config does not name stay at the baseline (vLLM's defaults with a
@@ -111,10 +112,13 @@ def label_of(params: Result) -> str:
     return " ".join(f"{k}={v}" for k, v in params.items()) or "defaults (the baseline)"
 
 
-def load_grid(text: str | None) -> list[Result]:
-    """``--grid``: a JSON list of knob dicts, inline or in a file; default GRID."""
+def load_grid(text: str | None, float32: bool = False) -> list[Result]:
+    """``--grid``: a JSON list of knob dicts, inline or in a file; default GRID. ``float32``
+    (a CPU that emulates bf16, where the space offers ``dtype``): the default GRID's configs
+    but the baseline in float32, as the tuner's first candidates are, since in bf16 none of
+    them prefills a 128-token prompt within a 2 s TTFT there."""
     if not text:
-        return [dict(p) for p in GRID]
+        return [{"dtype": "float32", **p} if p and float32 else dict(p) for p in GRID]
     path = Path(text)
     grid = json.loads(path.read_text() if path.is_file() else text)
     if not isinstance(grid, list) or not all(isinstance(p, dict) for p in grid):
@@ -208,11 +212,11 @@ def main() -> int:
                 spread=args.spread, slos=[s.model_dump() for s in slos],
                 max_error_rate=args.max_error_rate, timeout_s=args.client_timeout,
             )  # fmt: skip
-        grid = load_grid(args.grid)[: args.configs]
         hw = detect_hardware()
         ctx: Result = {
             **template_context(hw), "draft_model": "", "eagle_model": "", "quantized_model": "",
         }  # fmt: skip
+        grid = load_grid(args.grid, float32=bool(ctx["bf16_emulated"]))[: args.configs]
         space = load_space(args.space or space_path("vllm", hw.device)).for_machine(
             len(hw.gpus), ctx
         )

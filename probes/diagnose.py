@@ -3,15 +3,16 @@
 Sweeps, each a few requests on the live server (fresh salts, so no prefix-cache help):
 
 1. TTFT against prompt length at concurrency 1 (output 2 tokens): the prefill rate in
-   tokens/s is the inverse of the least-squares slope of TTFT over prompt tokens.
+   tokens/s is the inverse of the least-squares slope of TTFT over prompt tokens. After two
+   lengths, a longer one whose TTFT would exceed ``PREFILL_MAX_S`` is skipped.
 2. TPOT and output tokens/s against concurrency with the user's workload lengths: how decoding
    scales with the batch.
 3. The split of time between prefill and decoding at the user's load: from the client (TTFT
    against E2E - TTFT) and, where the server exposes them, from deltas of
    the engine's prefill and decode time series (vLLM's ``vllm:request_prefill_time_seconds``
    and ``vllm:request_decode_time_seconds``) around it.
-4. Roofline context (probes/roofline.py): copy bandwidth and bf16 matmul throughput measured on
-   the device, the model's weight bytes, the last-level cache.
+4. Roofline context (probes/roofline.py): copy bandwidth and bf16 and float32 matmul
+   throughput measured on the device, the model's weight bytes, the last-level cache.
 
 Then probes/verdict.py decides. Everything measured is kept in the result, beside the verdict.
 """
@@ -30,6 +31,8 @@ from probes.roofline import DeviceRates, ModelSize, measure_device, model_size, 
 from probes.server_metrics import ServerSeries, delta, fetch_snapshot
 from probes.verdict import ProbeVerdict, decide
 from probes.workload import SyntheticWorkload, Tokenizer, Workload, prepare_requests
+
+PREFILL_MAX_S = 5.0  # a longer prompt of the prefill sweep is skipped past this TTFT
 
 
 class SweepPoint(BaseModel):
@@ -127,7 +130,19 @@ def run_diagnosis(
     lengths = sorted({min(n, limit) for n in (64, 256, 1024)} | {min(in_len, limit)})
     prefill: list[SweepPoint] = []
     if tokenizer is not None:
-        for n_tok in lengths:
+        for i, n_tok in enumerate(lengths):
+            last = prefill[-1] if prefill else None
+            if i >= 2 and last is not None and last.ttft_ms_p50 is not None:
+                # TTFT grows at least in proportion to the prompt: skip the longer prompts
+                # where one request would take over PREFILL_MAX_S (emulated bf16 on an
+                # AVX2-only CPU: 25 s for 1,024 tokens, 76 s of the probe for 3 requests).
+                expect_s = last.ttft_ms_p50 / 1000 * n_tok / last.prompt_tokens
+                if expect_s > PREFILL_MAX_S:
+                    progress(
+                        f"probe: prefill of {', '.join(map(str, lengths[i:]))} tokens skipped "
+                        f"(about {expect_s:.0f} s a request or more)"
+                    )
+                    break
             m = measure(SyntheticWorkload(input_len=n_tok, output_len=2), 3, 1)
             prefill.append(_point(m, n_tok, 2, 1))
             progress(f"probe: prefill {n_tok:5d} tokens: TTFT p50 {m.ttft_ms.p50 or 0:.0f} ms")

@@ -122,6 +122,22 @@ class PointMeasurer:
         self.spent("warmup", dt)
         return dt
 
+    def warmup_closed(self, server: RunningServer, c: int, model: str) -> tuple[float, float]:
+        """A closed-loop warm-up of ``c`` clients, three requests each, thrown away like any
+        warm-up; returns the seconds it took and the requests/s the last two rounds completed
+        (the first compiles the batch sizes; 0 where none completed): a first guess at the
+        rate this configuration sustains."""
+        t0 = time.monotonic()
+        self.client.base_url = server.base_url
+        c = max(1, c)
+        with Neighbour(self.neighbour_pct):
+            reqs = self.requests(server, 3 * c, model)
+            res = run_load(self.client, reqs, concurrency=c, warmup=c)
+        dt = time.monotonic() - t0
+        self.spent("warmup", dt)
+        done = sum(1 for r in res.records if r.ok)
+        return dt, done / res.wall_s if res.wall_s > 0 else 0.0
+
     def measure(self, server: RunningServer, x: float, n: int, model: str) -> Measured:
         """One load point: ``n`` fresh requests at concurrency or rate ``x``."""
         reqs = self.requests(server, n, model)

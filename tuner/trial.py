@@ -23,7 +23,7 @@ import orjson
 from probes.diagnose import run_diagnosis
 from probes.exactness import Exactness, describe
 from probes.quality import Quality, QualityError
-from tuner import checkpoint, recommend, side_by_side, sizing, stop
+from tuner import checkpoint, reach, recommend, side_by_side, sizing, stop
 from tuner.capacity import PointOutcome, find_capacity
 from tuner.engines.base import EngineDied, EngineStartError, RunningServer, raise_if_died
 from tuner.estimate import CapacityEstimate, Samples
@@ -123,12 +123,25 @@ class Evaluator:
         # figure (bounded by tuner.gates.QUALITY_BUDGET_S).
         if quantised and not self._quality(server, trial, label):
             return
-        trial.warmup_s = st.measurer.warmup(server, start, st.model_path)
+        if not baseline and self._no_reference(best):
+            # No capacity to start from (the baseline met the SLOs at no load): a closed-loop
+            # warm-up says what this configuration completes a second, where the rate search
+            # starts, instead of climbing x1.4 a point from the baseline's probe rate.
+            trial.warmup_s, rps = st.measurer.warmup_closed(
+                server, st.opts.start_concurrency, st.model_path
+            )
+            start = st.axis.floor(rps) if rps > 0 else start
+        else:
+            trial.warmup_s = st.measurer.warmup(server, start, st.model_path)
         if baseline:
             if st.opts.probe:
                 self._diagnose(server)
             if st.wants("quantisation"):
                 self._baseline_quality(server)
+            if why := reach.unreachable(st.diagnosis, st.cons):
+                trial.status, trial.error = "infeasible", why
+                st.say(f"{label}: infeasible, not searched: {why}")
+                return
             start = self.start_load(None)
         elif best is not None and best.warmup_s and trial.warmup_s > 3 * best.warmup_s + 20:
             trial.status, trial.error = (
@@ -182,6 +195,17 @@ class Evaluator:
             st.trial_confirmed = recommend.confirm_on(
                 st, self, server, trial, st.out / "confirmation", "confirmation"
             )
+
+    def _no_reference(self, best: TrialReport | None) -> bool:
+        """Under the rate model, nothing to start a search from: no best configuration, no
+        start option, and the baseline was measured (so this is not the baseline itself)."""
+        st = self.st
+        return (
+            st.axis.kind == "rate"
+            and best is None
+            and st.opts.start_rate_rps is None
+            and any(t.number == 0 for t in st.measured())
+        )
 
     def start_load(self, best: TrialReport | None) -> float:
         """Where a capacity search starts: the best configuration's capacity (so two are

@@ -318,3 +318,31 @@ def test_device_rates_measure_float32_beside_bf16() -> None:
     assert r.matmul_dtype == "bfloat16" and r.matmul_tflops > 0
     assert r.fp32_matmul_n == 64 and r.fp32_matmul_tflops is not None
     assert r.bf16_over_fp32 == pytest.approx(r.matmul_tflops / r.fp32_matmul_tflops)
+
+
+@pytest.mark.timeout(60)
+def test_the_prefill_sweep_skips_prompts_that_would_take_too_long(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import probes.diagnose as diagnose
+    from tests.fakes.tokenizer import CharTokenizer
+
+    # The fake's TTFT (5 ms) scaled to 256 tokens is 20 ms: over this limit, so the sweep stops
+    # after the two lengths a fit needs.
+    monkeypatch.setattr(diagnose, "PREFILL_MAX_S", 0.012)
+    said: list[str] = []
+    with FakeOpenAIServer(ttft_ms=5, itl_ms=2, max_concurrent=64) as srv:
+        d = run_diagnosis(
+            LoadClient(srv.base_url),
+            served_model="fake-model",
+            tokenizer=CharTokenizer(),
+            workload=parse_workload("synthetic:input=32,output=8"),
+            load_concurrency=4,
+            max_model_len=2048,
+            measure_roofline=False,
+            seed=1,
+            progress=said.append,
+        )
+    assert [p.prompt_tokens for p in d.prefill_sweep] == [32, 64]
+    assert any("prefill of 256, 1024 tokens skipped" in s for s in said), said
+    assert d.prefill_rate_tokens_per_s is not None or len(d.prefill_sweep) == 2

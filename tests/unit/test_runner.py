@@ -633,3 +633,58 @@ def test_stages_names_a_stage_of_the_space_or_a_kind(tmp_path: Path) -> None:
     with pytest.raises(SpaceError, match=r"unknown stage\(s\) \['turbo'\]; this search space"):
         runner.run()
     assert not [line for line in starts if "starting" in line]  # refused before any engine
+
+
+SPACE_SLOW_BASELINE = """
+engine: fake
+device: cpu
+baseline:
+  args: [--max-concurrent, "2", --ttft-ms, "600"]
+  reason: a baseline that takes 600 ms to a first token alone
+common:
+  args: [--itl-ms, "10"]
+stages:
+  - name: batching
+    knobs:
+      - name: ttft
+        type: int
+        low: 5
+        high: 600
+        default: 600
+        flag: --ttft-ms
+    candidates:
+      - {ttft: 5}
+"""
+
+
+@pytest.mark.timeout(180)
+def test_a_baseline_no_load_can_serve_is_not_searched_and_trial_1_starts_from_its_own_rate(
+    tmp_path: Path,
+) -> None:
+    # p99 TTFT <= 300 ms against 600 ms for one request alone (the probe's concurrency-1
+    # point): the baseline is infeasible without a capacity search. Trial 1 then has no
+    # capacity to start from, and its closed-loop warm-up gives the rate to start at.
+    space = tmp_path / "slow.yaml"
+    space.write_text(SPACE_SLOW_BASELINE)
+    opts = _options(
+        tmp_path,
+        load_model="rate",
+        trials=1,
+        probe=True,
+        space_file=space,
+        search_point_s=1.0,
+        search_min_requests=20,
+        confirm_requests=40,
+    )
+    said: list[str] = []
+    report = Runner(opts, said.append, engine=FakeEngine(), hardware=HW).run()
+    base = report.baseline
+    assert base is not None and base.status == "infeasible" and base.points == []
+    assert base.error is not None and "no load can meet p99 TTFT" in base.error
+    t1 = report.trials[0]
+    assert t1.status == "ok" and t1.params == {"ttft": 5}
+    # The fake at batch limit 2 and 8 tokens of 10 ms completes about 20 requests/s: the
+    # search starts there, not at the baseline probe's 3 requests/s.
+    assert t1.points[0].load["rate_rps"] > 6.0, [p.load for p in t1.points]
+    assert report.recommended is not None and report.recommended.from_trial == 1
+    assert any("infeasible, not searched" in m for m in said)
