@@ -110,8 +110,13 @@ def run_diagnosis(
     ignore_eos: bool = True,
     progress: Callable[[str], None] = lambda m: None,
     measure_roofline: bool = True,
+    enough: Callable[[SweepPoint], bool] = lambda p: False,
 ) -> Diagnosis:
-    """Run the sweeps on the server ``client`` points at and decide (module docstring)."""
+    """Run the sweeps on the server ``client`` points at and decide (module docstring).
+
+    ``enough``: asked with the decode sweep's concurrency-1 point; True ends the decode sweep
+    there (the caller has learnt what it needed: no load can meet its SLOs, say), so a server
+    that takes seconds a request is not swept at larger batches too."""
     seeds = iter(range(seed * 1000 + 1, seed * 1000 + 1000))
     if isinstance(workload, SyntheticWorkload):
         in_len, out_len = workload.input_len, workload.output_len
@@ -168,6 +173,9 @@ def run_diagnosis(
             f"probe: decode at c={c:<3d} TPOT p50 {m.tpot_ms.p50 or 0:.1f} ms, "
             f"{m.output_tokens_per_s:.0f} tokens/s"
         )
+        if c == 1 and c != load_c and enough(decode[-1]):
+            progress("probe: decode at larger batches skipped (one request alone says enough)")
+            break
         if c == load_c:
             load_metrics = m
             # 3. The split at the user's load.

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from probes.diagnose import Diagnosis
+from probes.diagnose import Diagnosis, SweepPoint
 from tuner.estimate import Constraint
 from tuner.text import ms_text
 
@@ -29,8 +29,11 @@ def unreachable(diagnosis: Diagnosis | None, cons: Sequence[Constraint]) -> str 
     if diagnosis is None:
         return None
     one = next((p for p in diagnosis.decode_sweep if p.concurrency == 1), None)
-    if one is None:
-        return None
+    return unreachable_alone(one, cons) if one is not None else None
+
+
+def unreachable_alone(one: SweepPoint, cons: Sequence[Constraint]) -> str | None:
+    """``unreachable`` from the concurrency-1 point itself."""
     alone = {"ttft": one.ttft_ms_p50, "tpot": one.tpot_ms_p50, "e2e": one.e2e_ms_p50}
     for c in cons:
         v = alone.get(c.metric)

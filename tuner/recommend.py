@@ -379,6 +379,11 @@ def _set_gain(
     elif best.number == 0:
         rec.gain_vs_baseline = 1.0
         rec.gain_basis = "the baseline is the recommendation"
+    elif st.baseline is not None and st.baseline.status == "infeasible":
+        rec.gain_basis = (
+            "none: the baseline meets the SLOs at no load, so no ratio exists "
+            f"({st.baseline.error})"
+        )
     else:
         rec.gain_basis = (
             "not computed: the baseline was not confirmed; compare the search estimates "

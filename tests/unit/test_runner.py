@@ -681,10 +681,16 @@ def test_a_baseline_no_load_can_serve_is_not_searched_and_trial_1_starts_from_it
     base = report.baseline
     assert base is not None and base.status == "infeasible" and base.points == []
     assert base.error is not None and "no load can meet p99 TTFT" in base.error
+    # The probe stopped its decode sweep at one request alone: that said enough.
+    assert report.probe is not None
+    assert [p.concurrency for p in report.probe.decode_sweep] == [1]
     t1 = report.trials[0]
     assert t1.status == "ok" and t1.params == {"ttft": 5}
     # The fake at batch limit 2 and 8 tokens of 10 ms completes about 20 requests/s: the
     # search starts there, not at the baseline probe's 3 requests/s.
     assert t1.points[0].load["rate_rps"] > 6.0, [p.load for p in t1.points]
-    assert report.recommended is not None and report.recommended.from_trial == 1
+    rec = report.recommended
+    assert rec is not None and rec.from_trial == 1
+    assert rec.gain_vs_baseline is None
+    assert rec.gain_basis.startswith("none: the baseline meets the SLOs at no load")
     assert any("infeasible, not searched" in m for m in said)
