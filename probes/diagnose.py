@@ -207,6 +207,9 @@ def run_diagnosis(
         )
     tpot1 = next((p.tpot_ms_p50 for p in decode if p.concurrency == 1), None)
     first, last = decode[0], decode[-1]
+    if client_share is None and load_metrics is None and first.ttft_ms_p50 and first.e2e_ms_p50:
+        # The sweep ended at one request alone (``enough``): the split is that request's.
+        client_share = first.ttft_ms_p50 / first.e2e_ms_p50
     gain = (
         last.output_tokens_per_s / first.output_tokens_per_s
         if first.output_tokens_per_s > 0 and len(decode) > 1

@@ -684,6 +684,8 @@ def test_a_baseline_no_load_can_serve_is_not_searched_and_trial_1_starts_from_it
     # The probe stopped its decode sweep at one request alone: that said enough.
     assert report.probe is not None
     assert [p.concurrency for p in report.probe.decode_sweep] == [1]
+    # Its time split is that request's: 600 ms to the first token, 7 x 10 ms after.
+    assert report.probe.verdict.prefill_share > 0.8
     t1 = report.trials[0]
     assert t1.status == "ok" and t1.params == {"ttft": 5}
     # The fake at batch limit 2 and 8 tokens of 10 ms completes about 20 requests/s: the
