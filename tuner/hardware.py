@@ -125,8 +125,9 @@ def isa_flags(text: str) -> list[str]:
 def template_context(hw: Hardware) -> dict[str, int | str]:
     """Values search-space strings may use: {cpu_list}, {last_cpu}, {n_cpus}, {n_gpus} and
     {prefix} (this Python environment's prefix, where engines installed as packages live); and
-    ``bf16_emulated`` ("yes" on a CPU known to lack bf16 instructions, else empty), which a
-    search-space option ``requires`` to exist only there."""
+    ``bf16_emulated`` ("yes" on a CPU known to lack bf16 instructions, else empty) and
+    ``avx512`` ("yes" on a CPU with AVX-512 or AMX: vLLM's CPU backend needs one of them for an
+    fp8 KV cache), which a search-space option ``requires`` to exist only there."""
     cpus = (
         sorted(os.sched_getaffinity(0))
         if hasattr(os, "sched_getaffinity")
@@ -139,4 +140,5 @@ def template_context(hw: Hardware) -> dict[str, int | str]:
         "n_gpus": len(hw.gpus),
         "prefix": sys.prefix,
         "bf16_emulated": "yes" if not hw.gpus and hw.bf16_native is False else "",
+        "avx512": "yes" if not hw.gpus and {"avx512f", "amx_tile"} & set(hw.cpu_flags) else "",
     }

@@ -381,8 +381,7 @@ def _set_gain(
         rec.gain_basis = "the baseline is the recommendation"
     elif st.baseline is not None and st.baseline.status == "infeasible":
         rec.gain_basis = (
-            "none: the baseline meets the SLOs at no load, so no ratio exists "
-            f"({st.baseline.error})"
+            f"none: the baseline meets the SLOs at no load, so no ratio exists: {st.baseline.error}"
         )
     else:
         rec.gain_basis = (

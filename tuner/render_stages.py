@@ -80,6 +80,12 @@ def waterfall(r: Report) -> list[str]:
         if t is None:
             out.append(f"| {label} | nothing met the SLOs | | | | | | | |")
             continue
+        if t.number == 0 and t.score_tokens_per_s is None:
+            out.append(
+                f"| {label} | baseline: meets the SLOs at no load ({t.status}) | | | | | | | |"
+            )
+            prev_number = 0
+            continue
         score = t.score_tokens_per_s or 0.0
         step = f"{score / prev:.2f}x" if prev else "-"
         total = f"{upto(r.baseline)}{score / base:.2f}x" if base else "-"

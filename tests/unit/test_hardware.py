@@ -36,3 +36,9 @@ def test_only_a_cpu_known_to_emulate_bf16_gets_the_bf16_emulated_template() -> N
     assert template_context(hw(""))["bf16_emulated"] == ""
     gpu = hw(ZEN2, gpus=[{"name": "H200"}])
     assert template_context(gpu)["bf16_emulated"] == ""  # a GPU server computes on the GPU
+
+
+def test_the_avx512_template_marks_where_an_fp8_kv_cache_can_start() -> None:
+    assert template_context(hw(ZEN2))["avx512"] == ""
+    assert template_context(hw(ZEN4))["avx512"] == "yes"
+    assert template_context(hw(SAPPHIRE))["avx512"] == "yes"

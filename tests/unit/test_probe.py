@@ -8,13 +8,14 @@ import json
 import struct
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
 
 from probes import measure_inference
 from probes.client import LoadClient
-from probes.diagnose import SweepPoint, prefill_rate, run_diagnosis
+from probes.diagnose import Diagnosis, SweepPoint, prefill_rate, run_diagnosis
 from probes.inference import InferenceMeasurementError
 from probes.roofline import model_size, parse_cache_bytes
 from probes.verdict import decide
@@ -197,21 +198,27 @@ def test_parse_cache_bytes() -> None:
     assert parse_cache_bytes(None) is None and parse_cache_bytes("n/a") is None
 
 
-@pytest.mark.timeout(60)
-def test_diagnosis_against_the_fake_server() -> None:
+def _fake_diagnosis(load_concurrency: int, **kw: Any) -> Diagnosis:
+    """run_diagnosis on the fake server (TTFT 5 ms, 2 ms a token), no roofline."""
     from tests.fakes.tokenizer import CharTokenizer
 
     with FakeOpenAIServer(ttft_ms=5, itl_ms=2, max_concurrent=64) as srv:
-        d = run_diagnosis(
+        return run_diagnosis(
             LoadClient(srv.base_url),
             served_model="fake-model",
             tokenizer=CharTokenizer(),
             workload=parse_workload("synthetic:input=32,output=8"),
-            load_concurrency=8,
+            load_concurrency=load_concurrency,
             max_model_len=2048,
             measure_roofline=False,
             seed=1,
+            **kw,
         )
+
+
+@pytest.mark.timeout(60)
+def test_diagnosis_against_the_fake_server() -> None:
+    d = _fake_diagnosis(8)
     assert [p.prompt_tokens for p in d.prefill_sweep] == [32, 64, 256, 1024]
     assert [p.concurrency for p in d.decode_sweep] == [1, 4, 8]
     assert d.load_metrics is not None and d.load_metrics.n_completed > 0
@@ -325,24 +332,28 @@ def test_the_prefill_sweep_skips_prompts_that_would_take_too_long(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     import probes.diagnose as diagnose
-    from tests.fakes.tokenizer import CharTokenizer
 
     # The fake's TTFT (5 ms) scaled to 256 tokens is 20 ms: over this limit, so the sweep stops
     # after the two lengths a fit needs.
     monkeypatch.setattr(diagnose, "PREFILL_MAX_S", 0.012)
     said: list[str] = []
-    with FakeOpenAIServer(ttft_ms=5, itl_ms=2, max_concurrent=64) as srv:
-        d = run_diagnosis(
-            LoadClient(srv.base_url),
-            served_model="fake-model",
-            tokenizer=CharTokenizer(),
-            workload=parse_workload("synthetic:input=32,output=8"),
-            load_concurrency=4,
-            max_model_len=2048,
-            measure_roofline=False,
-            seed=1,
-            progress=said.append,
-        )
+    d = _fake_diagnosis(4, progress=said.append)
     assert [p.prompt_tokens for p in d.prefill_sweep] == [32, 64]
     assert any("prefill of 256, 1024 tokens skipped" in s for s in said), said
-    assert d.prefill_rate_tokens_per_s is not None or len(d.prefill_sweep) == 2
+    assert [p.concurrency for p in d.decode_sweep] == [1, 4]  # the decode sweep is whole
+
+
+@pytest.mark.timeout(60)
+def test_a_decode_sweep_that_learnt_enough_from_one_request_ends_there() -> None:
+    seen: list[int] = []
+
+    def enough(p: SweepPoint) -> bool:
+        seen.append(p.concurrency)
+        return True
+
+    d = _fake_diagnosis(8, enough=enough)
+    assert seen == [1] and [p.concurrency for p in d.decode_sweep] == [1]
+    assert d.load_metrics is None
+    one = d.decode_sweep[0]
+    assert one.ttft_ms_p50 is not None and one.e2e_ms_p50 is not None
+    assert d.client_prefill_share == pytest.approx(one.ttft_ms_p50 / one.e2e_ms_p50)

@@ -677,7 +677,8 @@ def test_a_baseline_no_load_can_serve_is_not_searched_and_trial_1_starts_from_it
         confirm_requests=40,
     )
     said: list[str] = []
-    report = Runner(opts, said.append, engine=FakeEngine(), hardware=HW).run()
+    runner = Runner(opts, said.append, engine=FakeEngine(), hardware=HW)
+    report = runner.run()
     base = report.baseline
     assert base is not None and base.status == "infeasible" and base.points == []
     assert base.error is not None and "no load can meet p99 TTFT" in base.error
@@ -696,3 +697,5 @@ def test_a_baseline_no_load_can_serve_is_not_searched_and_trial_1_starts_from_it
     assert rec.gain_vs_baseline is None
     assert rec.gain_basis.startswith("none: the baseline meets the SLOs at no load")
     assert any("infeasible, not searched" in m for m in said)
+    md = (runner.out / "report.md").read_text()
+    assert "| baseline | baseline: meets the SLOs at no load (infeasible) |" in md

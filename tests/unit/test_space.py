@@ -417,3 +417,13 @@ def test_float32_exists_only_on_a_cpu_that_emulates_bf16(cpu: SearchSpace) -> No
     args = emulated.render(cands[0], CTX).args
     assert args[args.index("--dtype") + 1] == "float32"
     assert "--dtype" not in emulated.render(cands[2], CTX).args
+
+
+def test_an_fp8_kv_cache_exists_only_on_a_cpu_with_avx512(cpu: SearchSpace) -> None:
+    bare = cpu.for_machine(0, {**CTX, "avx512": ""})
+    assert bare.knobs()["kv_cache_dtype"].choices == ["auto"]
+    quant = bare.stage("quantisation")
+    assert quant is not None and all(c["kv_cache_dtype"] == "auto" for c in quant.candidates)
+    full = cpu.for_machine(0, {**CTX, "avx512": "yes"})
+    assert full.knobs()["kv_cache_dtype"].choices == ["auto", "fp8", "fp8_e5m2", "fp8_e4m3"]
+    assert full.render({"kv_cache_dtype": "fp8"}, CTX).args == ["--kv-cache-dtype", "fp8"]
