@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from probes.exactness import Divergence, Exactness
 from tuner.gates import ExactnessGate, QualityGate, rejection
 
@@ -38,3 +40,23 @@ def test_a_quality_check_without_a_reference_says_why() -> None:
         assert "no log-probabilities" in str(exc)
     else:
         raise AssertionError("a check without a reference must raise")
+
+
+def test_the_baseline_reference_gets_a_longer_budget_than_each_configuration(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import tuner.gates as gates
+    from probes.quality import Quality
+
+    asked: list[float] = []
+
+    def fake(base_url: str, model: str, budget_s: float) -> Quality:
+        asked.append(budget_s)
+        return Quality(metric="perplexity", value=10.0, n_tokens=100, n_texts=2)
+
+    monkeypatch.setattr(gates, "perplexity", fake)
+    gate = QualityGate(limit_pct=1.0)
+    assert gate.take_reference("http://x", "m") == []
+    gate.check("http://x", "m")
+    assert asked == [gates.REFERENCE_BUDGET_S, gates.QUALITY_BUDGET_S]
+    assert gates.REFERENCE_BUDGET_S > gates.QUALITY_BUDGET_S
