@@ -29,6 +29,7 @@ ISA_FLAGS = {
     "asimd", "bf16", "sve", "i8mm",
 }  # fmt: skip
 BF16_FLAGS = {"avx512_bf16", "amx_bf16", "bf16"}
+AVX512_FLAGS = {"avx512f", "amx_tile"}  # what vLLM's CPU backend needs for an fp8 KV cache
 
 
 class Hardware(BaseModel):
@@ -53,6 +54,11 @@ class Hardware(BaseModel):
         if not flags:
             return None
         return bool(flags & BF16_FLAGS)
+
+    @property
+    def avx512(self) -> bool:
+        """Whether the CPU has AVX-512 or AMX (vLLM 0.32 refuses an fp8 KV cache without)."""
+        return bool(set(self.cpu_flags) & AVX512_FLAGS)
 
     @property
     def device(self) -> str:
@@ -140,5 +146,5 @@ def template_context(hw: Hardware) -> dict[str, int | str]:
         "n_gpus": len(hw.gpus),
         "prefix": sys.prefix,
         "bf16_emulated": "yes" if not hw.gpus and hw.bf16_native is False else "",
-        "avx512": "yes" if not hw.gpus and {"avx512f", "amx_tile"} & set(hw.cpu_flags) else "",
+        "avx512": "yes" if not hw.gpus and hw.avx512 else "",
     }
