@@ -106,6 +106,7 @@ def open_study(storage: Path | BaseStorage, name: str, seed: int) -> tuple[optun
 class Slot(Protocol):
     """One of a shared stage's trial budget, held while a configuration is measured."""
 
+    def hold(self, trial: optuna.Trial) -> None: ...
     def done(self) -> None: ...
     def release(self) -> None: ...
 
@@ -186,6 +187,8 @@ def run_stage(
             result.stopped_because = "every trial of the stage is taken (the workers share them)"
             break
         trial = study.ask()
+        if slot is not None:
+            slot.hold(trial)
         params = _sample(trial, stage, dists)
         key = _key(params)
         if key not in seen and (other := _measured_elsewhere(study, trial, params)) is not None:

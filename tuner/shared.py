@@ -20,6 +20,7 @@ Without ``--storage`` none of this is used: the run folder's journal file is the
 from __future__ import annotations
 
 import contextlib
+import copy
 import threading
 import time
 import warnings
@@ -94,12 +95,40 @@ class SharedError(RuntimeError):
     """The shared storage cannot be used; the message says why (no password in it)."""
 
 
+HELD = "stage_trial_id"
+
+
+def _take_over(shared: SharedStudy, part: str, slot: optuna.trial.FrozenTrial) -> None:
+    """A slot queued again after its worker died: fail the stage trial that worker held and
+    queue its retry now. Their two heartbeats go stale up to an interval apart; without this the
+    slot could be taken before the trial went stale, spent on a new configuration, and the
+    dead worker's configuration left queued with no slot to measure it."""
+    held = slot.user_attrs.get(HELD)  # copied from the failed slot by the retry callback
+    if held is None or "failed_trial" not in slot.system_attrs:
+        return
+    stage, _ = shared.study(part)  # it exists: the dead worker measured one of its trials
+    storage = stage._storage
+    try:
+        if not storage.set_trial_state_values(held, state=TrialState.FAIL):
+            return
+    except optuna.exceptions.UpdateFinishedTrialError:
+        return  # it ended, or another worker failed it first
+    callback = storage.get_heartbeat_stale_trial_callback()  # type: ignore[attr-defined]
+    if callback is not None:  # as optuna.storages.fail_stale_trials does it
+        callback(stage, copy.deepcopy(storage.get_trial(held)))
+
+
 class _Slot:
     """One of a stage's trials, claimed from the pool; beating until done or released."""
 
     def __init__(self, shared: SharedStudy, study: optuna.Study, trial: optuna.Trial) -> None:
         self.study, self.trial = study, trial
         self.beat = Beat(shared.storage, trial._trial_id, shared.heartbeat_s)
+
+    def hold(self, trial: optuna.Trial) -> None:
+        """The stage trial measured under this slot: a worker that takes the slot over after
+        this one died fails that trial at once (``_take_over``)."""
+        self.trial.set_user_attr(HELD, trial._trial_id)
 
     def done(self) -> None:
         self.beat.stop()
@@ -232,7 +261,10 @@ class SharedStudy:
         def claim() -> _Slot | None:
             fail_stale(study)
             t = self._claim(study)
-            return None if t is None else _Slot(self, study, t)
+            if t is None:
+                return None
+            _take_over(self, part, study._storage.get_trial(t._trial_id))
+            return _Slot(self, study, t)
 
         return claim
 

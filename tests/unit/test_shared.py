@@ -25,7 +25,7 @@ from tests.postgres import PASSWORD
 from tuner.cli import app
 from tuner.engines.lifetime import leftovers
 from tuner.options import redact
-from tuner.shared import SharedStudy
+from tuner.shared import Beat, SharedStudy
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -88,6 +88,34 @@ def test_a_dead_workers_slot_goes_stale_and_is_queued_again(tmp_path: Path) -> N
     study = optuna.load_study(study_name="s:batching:slots", storage=b.storage)
     states = sorted(t.state.name for t in study.get_trials())
     assert states == ["COMPLETE", "FAIL"]
+
+
+def test_a_dead_workers_slot_taken_over_fails_its_trial_though_that_still_beats(
+    tmp_path: Path,
+) -> None:
+    # The slot's heartbeat and the trial's are a beat apart: the slot can go stale first. Its
+    # new owner must then fail the trial and queue it again, not spend the slot elsewhere.
+    url = _sqlite(tmp_path)
+    a = SharedStudy(url, "s", heartbeat_s=1, grace_s=2)
+    held = a.slots("batching", 1)()
+    assert held is not None
+    stage, _ = a.study("batching")
+    trial = stage.ask()
+    trial.suggest_categorical("x", [1, 2, 3])
+    held.hold(trial)
+    beat = Beat(a.storage, trial._trial_id, 1)  # the trial still looks alive
+    held.beat.stop()
+    time.sleep(3.5)
+    b = SharedStudy(url, "s", heartbeat_s=1, grace_s=2)
+    retry = b.slots("batching", 1)()
+    beat.stop()
+    assert retry is not None
+    stage_b, _ = b.study("batching")
+    states = {t.number: t.state for t in stage_b.get_trials()}
+    assert states[trial.number] == TrialState.FAIL
+    (queued,) = stage_b.get_trials(states=(TrialState.WAITING,))
+    assert queued.params == {"x": trial.params["x"]}  # the same configuration, next in line
+    retry.done()
 
 
 def test_storage_options_are_checked_before_anything_starts(tmp_path: Path) -> None:
@@ -203,9 +231,14 @@ def two_workers_one_killed(
     trials = optuna.load_study(study_name=f"{study}:batching", storage=shared.storage)
     failed = [t for t in trials.get_trials() if t.state == TrialState.FAIL]
     assert failed, "the killed worker's trial was not failed by its heartbeat"
-    done = {json.dumps(t.params, sort_keys=True) for t in trials.get_trials()
-            if t.state == TrialState.COMPLETE}  # fmt: skip
-    assert all(json.dumps(t.params, sort_keys=True) in done for t in failed)  # retried
+    # Each failed trial measured again by the survivor: its retry scored, or abandoned on its
+    # points (PRUNED), with the same configuration.
+    retried = {t.system_attrs.get("failed_trial"): t.params for t in trials.get_trials()
+               if t.state in (TrialState.COMPLETE, TrialState.PRUNED)}  # fmt: skip
+    assert all(retried.get(t.number) == t.params for t in failed), [
+        (t.number, t.state.name, t.params, t.system_attrs.get("failed_trial"))
+        for t in trials.get_trials()
+    ]
 
     # One report from the shared study, the same as the survivor's.
     res = CliRunner().invoke(
