@@ -18,7 +18,7 @@ from typing import Any
 
 import orjson
 
-from probes.client import LoadClient, run_load
+from probes.client import LoadClient, LoadResult, run_load
 from probes.drift import project, queue_drift
 from probes.metrics import LoadMetrics, Verdict, judge, summarize
 from probes.neighbour import Neighbour
@@ -107,19 +107,12 @@ class PointMeasurer:
         """Requests sent and thrown away after start-up (compilation, cache allocation), at
         the load about to be measured: the same concurrency, or open-loop arrivals at the same
         rate (never all at once) for about WARMUP_RATE_S. Returns the seconds it took."""
-        t0 = time.monotonic()
-        self.client.base_url = server.base_url
-        with Neighbour(self.neighbour_pct):
-            if self.axis.kind == "concurrency":
-                n = max(4, min(int(x), 32))
-                reqs = self.requests(server, n, model)
-                run_load(self.client, reqs, concurrency=min(int(x), n), warmup=n)
-            else:
-                n = max(4, min(math.ceil(WARMUP_RATE_S * x), WARMUP_MAX))
-                reqs = self.requests(server, n, model)
-                run_load(self.client, reqs, rate_rps=x, warmup=n, seed=self.seeds())
-        dt = time.monotonic() - t0
-        self.spent("warmup", dt)
+        if self.axis.kind == "concurrency":
+            n = max(4, min(int(x), 32))
+            dt, _ = self._thrown_away(server, n, n, model, concurrency=min(int(x), n))
+        else:
+            n = max(4, min(math.ceil(WARMUP_RATE_S * x), WARMUP_MAX))
+            dt, _ = self._thrown_away(server, n, n, model, rate_rps=x, seed=self.seeds())
         return dt
 
     def warmup_closed(self, server: RunningServer, c: int, model: str) -> tuple[float, float]:
@@ -127,16 +120,23 @@ class PointMeasurer:
         warm-up; returns the seconds it took and the requests/s the last two rounds completed
         (the first compiles the batch sizes; 0 where none completed): a first guess at the
         rate this configuration sustains."""
-        t0 = time.monotonic()
-        self.client.base_url = server.base_url
         c = max(1, c)
-        with Neighbour(self.neighbour_pct):
-            reqs = self.requests(server, 3 * c, model)
-            res = run_load(self.client, reqs, concurrency=c, warmup=c)
-        dt = time.monotonic() - t0
-        self.spent("warmup", dt)
+        dt, res = self._thrown_away(server, 3 * c, c, model, concurrency=c)
         done = sum(1 for r in res.records if r.ok)
         return dt, done / res.wall_s if res.wall_s > 0 else 0.0
+
+    def _thrown_away(
+        self, server: RunningServer, n: int, first: int, model: str, **load: Any
+    ) -> tuple[float, LoadResult]:
+        """``n`` requests of a warm-up, the ``first`` of them not even timed; the seconds it
+        took (counted as warm-up) and the rest's records."""
+        t0 = time.monotonic()
+        self.client.base_url = server.base_url
+        with Neighbour(self.neighbour_pct):
+            res = run_load(self.client, self.requests(server, n, model), warmup=first, **load)
+        dt = time.monotonic() - t0
+        self.spent("warmup", dt)
+        return dt, res
 
     def measure(self, server: RunningServer, x: float, n: int, model: str) -> Measured:
         """One load point: ``n`` fresh requests at concurrency or rate ``x``."""

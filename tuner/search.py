@@ -36,8 +36,9 @@ from optuna.storages import BaseStorage, JournalStorage
 from optuna.storages.journal import JournalFileBackend
 from optuna.trial import TrialState
 
+from tuner.knob import Knob
 from tuner.shared import fail_stale, heartbeat
-from tuner.space import Knob, Stage
+from tuner.space import Stage
 
 optuna.logging.set_verbosity(logging.WARNING)
 

@@ -125,13 +125,20 @@ def trial_min_s(st: RunState, best: TrialReport | None = None) -> float:
 
 def confirm_try_s(st: RunState, best: TrialReport | None = None) -> float:
     """One full-size confirmation try of the best configuration (or of ``best``): its arrivals
-    (or its requests at the measured rate), then the last ones' lifetime. 0 before anything
-    was measured."""
+    (or its requests at the measured rate), then the last ones' lifetime. Not scored yet (a
+    search under way): at its highest load that held so far. 0 before anything held."""
     best = best or st.best()
-    if best is None or best.metrics is None:
+    if best is None:
         return 0.0
-    m = best.metrics
-    return _try_s(st, st.load_of(best) or 1.0, m.requests_per_s, m.e2e_ms.p50)
+    if best.metrics is not None:
+        x, m = st.load_of(best) or 1.0, best.metrics
+    else:
+        held = [p for p in best.points if p.verdict.holds]
+        if not held:
+            return 0.0
+        top = max(held, key=st.point_load)
+        x, m = st.point_load(top), top.metrics
+    return _try_s(st, x, m.requests_per_s, m.e2e_ms.p50)
 
 
 def _try_s(st: RunState, x: float, rps: float, e2e_ms: float | None) -> float:
@@ -275,10 +282,4 @@ def _first_trial_s(st: RunState, baseline: TrialReport) -> float:
     a 13-minute budget, a 163 s cold start), a baseline search that kept nothing back
     bisected its edge with 60 s points until 222 s were left, no trial fitted, and the run
     recommended the defaults."""
-    held = [p for p in baseline.points if p.verdict.holds]
-    one = 0.0
-    if held:
-        top = max(held, key=st.point_load)
-        m = top.metrics
-        one = _try_s(st, st.point_load(top), m.requests_per_s, m.e2e_ms.p50)
-    return trial_min_s(st, baseline) + one + STOP_S
+    return _gate_s(st, baseline, strict=False) + STOP_S

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 import yaml
 
+from tuner.knob import Emit
 from tuner.space import (
     STAGE_ORDER,
-    Emit,
     SearchSpace,
     SpaceError,
     found_in_log,
