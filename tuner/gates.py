@@ -14,6 +14,10 @@ the trial, write it) stays with the caller.
 
 from __future__ import annotations
 
+from typing import Any
+
+from pydantic import TypeAdapter
+
 from probes.exactness import EXACT_TOKENS, Exactness, compare, describe, exact_prompts
 from probes.quality import (
     Continuation,
@@ -33,6 +37,7 @@ QUALITY_BUDGET_S = 90.0  # a configuration slower than this to score the evaluat
 # against bf16 on an AVX2-only AMD EPYC, where emulated bf16 missed the 90 s, 2026-12-03).
 REFERENCE_BUDGET_S = 240.0
 GREEDY_BUDGET_S = 60.0
+_REF = TypeAdapter(Quality | list[Continuation] | None)
 AGREEMENT_TEXTS = 8  # texts for greedy-token agreement, where an engine has no log-probabilities
 
 
@@ -58,6 +63,14 @@ class QualityGate:
             except QualityError as exc2:
                 self.ref_error = str(exc2)
                 return [f"the baseline's quality could not be measured: {exc2}"]
+
+    def dump(self) -> dict[str, Any]:
+        """The reference as JSON, for the other workers of a shared study."""
+        return {"ref": _REF.dump_python(self.ref, mode="json"), "error": self.ref_error}
+
+    def load(self, doc: dict[str, Any]) -> None:
+        """Another worker's reference (``dump``) as this gate's."""
+        self.ref, self.ref_error = _REF.validate_python(doc["ref"]), doc["error"]
 
     def check(self, base_url: str, model: str) -> QualityCheck:
         """This configuration's quality against the baseline's. Raises QualityError."""

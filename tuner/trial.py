@@ -179,11 +179,7 @@ class Evaluator:
             and st.quality.ref is None
             and st.quality.ref_error is None
         ):
-            self._baseline_quality(server)
-            st.notes.append(
-                f"the quality gate's reference was measured on trial {trial.number}, the first "
-                "configuration to meet the SLOs: the baseline meets them at no load"
-            )
+            self._deferred_reference(server, trial)
         if baseline and trial.status == "ok" and st.opts.confirm_baseline and st.launches:
             st.baseline_confirmed = recommend.confirm_on(
                 st, self, server, trial, tdir, "baseline confirmation", baseline=True
@@ -360,6 +356,29 @@ class Evaluator:
         st.notes += st.quality.take_reference(server.base_url, server.served_model or st.model_path)
         if isinstance(st.quality.ref, Quality):
             st.say(f"quality reference: perplexity {st.quality.ref.value:.4g}")
+
+    def _deferred_reference(self, server: RunningServer, trial: TrialReport) -> None:
+        """The quality gate's reference on the first configuration to meet the SLOs (the
+        baseline meets them at no load). In a shared study one worker measures it and every
+        worker takes it, so that all of them judge quantisation against the same figure."""
+        st = self.st
+
+        def take() -> dict[str, Any]:
+            before = len(st.notes)
+            self._baseline_quality(server)
+            return {**st.quality.dump(), "trial": trial.number, "notes": st.notes[before:]}
+
+        if st.shared is None:
+            doc = take()
+        else:
+            doc, mine = st.shared.once("quality-reference", take, "the quality gate's reference")
+            if not mine:
+                st.quality.load(doc)
+                st.notes += doc["notes"]
+        st.notes.append(
+            f"the quality gate's reference was measured on trial {doc['trial']}, the first "
+            "configuration to meet the SLOs: the baseline meets them at no load"
+        )
 
     def _exactness(
         self,

@@ -1,11 +1,19 @@
-"""tuner/gates.py: what an exactness verdict means for a speculative configuration."""
+"""tuner/gates.py: what an exactness verdict means for a speculative configuration; the
+quality reference, shared by the workers of a study."""
 
 from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from probes.exactness import Divergence, Exactness
+from probes.quality import Continuation, Quality
 from tuner.gates import ExactnessGate, QualityGate, rejection
+from tuner.shared import SharedStudy
+from tuner.trial import Evaluator
 
 
 def test_identical_outputs_pass_and_divergent_ones_need_the_users_consent() -> None:
@@ -60,3 +68,37 @@ def test_the_baseline_reference_gets_a_longer_budget_than_each_configuration(
     gate.check("http://x", "m")
     assert asked == [gates.REFERENCE_BUDGET_S, gates.QUALITY_BUDGET_S]
     assert gates.REFERENCE_BUDGET_S > gates.QUALITY_BUDGET_S
+
+
+def test_a_quality_reference_goes_to_another_worker_as_it_was() -> None:
+    for ref in (
+        Quality(metric="perplexity", value=12.5, n_tokens=900, n_texts=24),
+        [Continuation(ids=[1, 2], text="ab", margins=[0.5, 0.01])],
+    ):
+        a, b = QualityGate(1.0), QualityGate(1.0)
+        a.ref = ref
+        b.load(json.loads(json.dumps(a.dump())))  # through a shared study's JSON document
+        assert b.ref == ref and b.ref_error is None
+
+
+def test_a_deferred_quality_reference_is_one_workers_in_a_shared_study(tmp_path: Path) -> None:
+    # The baseline meets the SLOs at no load: the reference waits for the first configuration
+    # that meets them. With two workers, the second takes the first's reference (and says
+    # whose), not one of its own from another configuration.
+    url = f"sqlite:///{tmp_path / 'shared.db'}"
+
+    def worker(ppl: float) -> tuple[SimpleNamespace, Evaluator]:
+        st = SimpleNamespace(
+            shared=SharedStudy(url, "s", poll_s=0.05), quality=QualityGate(1.0), notes=[]
+        )
+        ev = Evaluator.__new__(Evaluator)
+        ev.st = st  # type: ignore[assignment]
+        ref = Quality(metric="perplexity", value=ppl, n_tokens=900, n_texts=24)
+        ev._baseline_quality = lambda server: setattr(st.quality, "ref", ref)  # type: ignore[method-assign]
+        return st, ev
+
+    (a, ev_a), (b, ev_b) = worker(10.0), worker(20.0)
+    ev_a._deferred_reference(None, SimpleNamespace(number=3))  # type: ignore[arg-type]
+    ev_b._deferred_reference(None, SimpleNamespace(number=5))  # type: ignore[arg-type]
+    assert a.quality.ref.value == b.quality.ref.value == 10.0
+    assert "measured on trial 3" in a.notes[-1] and "measured on trial 3" in b.notes[-1]
