@@ -58,6 +58,7 @@ def snapshot(st: RunState, trial: TrialReport) -> Checkpoint:
         comparisons=st.comparisons,
         baseline_confirmed=st.baseline_confirmed,
         trial_confirmed=st.trial_confirmed,
+        displaced_confirmed=st.displaced_confirmed,
         notes=st.notes,
         diagnosis=st.diagnosis,
         probe_s=st.probe_s,
@@ -104,6 +105,7 @@ def restore_findings(st: RunState, cp: Checkpoint) -> None:
     one that measured the baseline, tuner/worker.py)."""
     st.baseline_confirmed = cp.baseline_confirmed
     st.trial_confirmed = cp.trial_confirmed
+    st.displaced_confirmed = cp.displaced_confirmed
     st.notes = list(cp.notes)
     st.diagnosis = cp.diagnosis
     st.probe_s = cp.probe_s

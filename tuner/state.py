@@ -80,6 +80,8 @@ class RunState:
     baseline_confirmed: Recommendation | None = None
     # A trial confirmed on its own server after its search (the budget held no restart):
     trial_confirmed: Recommendation | None = None
+    # The one it replaced: a later trial led by a little and was confirmed in its place.
+    displaced_confirmed: Recommendation | None = None
     recommended: Recommendation | None = None
     notes: list[str] = field(default_factory=list)
     diagnosis: Diagnosis | None = None

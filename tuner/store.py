@@ -78,6 +78,7 @@ class Checkpoint(BaseModel):
     comparisons: list[ComparisonReport]
     baseline_confirmed: Recommendation | None
     trial_confirmed: Recommendation | None = None  # confirmed on its own server (sizing.py)
+    displaced_confirmed: Recommendation | None = None  # the one a later trial's replaced
     notes: list[str]
     diagnosis: Diagnosis | None
     probe_s: float

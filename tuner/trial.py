@@ -203,6 +203,8 @@ class Evaluator:
             # It leads, and the budget holds no further trial: confirmed here, on its own
             # start from its launch command, instead of a restart that only takes time.
             st.say(f"{label}: leads, and the time budget holds no further trial")
+            if st.trial_confirmed is not None:
+                st.displaced_confirmed = st.trial_confirmed
             st.trial_confirmed = recommend.confirm_on(
                 st, self, server, trial, st.out / "confirmation", "confirmation"
             )

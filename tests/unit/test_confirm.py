@@ -341,3 +341,49 @@ def test_no_try_up_by_less_than_the_minimum_step() -> None:
     faster = System(ms_per_load=36.0)
     res = confirm(faster.measure(505), search_points=pts, cons=CONS, axis=rate, headroom=0.10)
     assert len(res.tries) >= 2 and res.tries[1].load >= 1.03 * 22.5
+
+
+def test_a_full_confirmation_is_kept_over_a_provisional_one_too_close_to_call() -> None:
+    from types import SimpleNamespace
+
+    from tuner.estimate import CapacityEstimate
+    from tuner.recommend import _keep_confirmed
+
+    def est(tok_s: float) -> CapacityEstimate:
+        return CapacityEstimate(
+            load=tok_s / 64, tokens_per_s=tok_s, low=tok_s - 1, high=tok_s + 1, load_low=None,
+            load_high=None, censored="none", binding="ttft_p99", n_points=4, n_requests=400,
+            resamples=200,
+        )  # fmt: skip
+
+    def claim(trial: int, tok_s: float, meets: bool) -> SimpleNamespace:
+        load = {"rate_rps": tok_s / 64}
+        tries = [SimpleNamespace(load=load)]
+        return SimpleNamespace(
+            from_trial=trial, meets_slo=meets, search_estimate=est(tok_s), tries=tries,
+            model_copy=lambda: SimpleNamespace(from_trial=trial, tries=tries, confirmation=""),
+        )  # fmt: skip
+
+    def state(first: SimpleNamespace, second: SimpleNamespace | None = None) -> SimpleNamespace:
+        return SimpleNamespace(
+            trial_confirmed=second or first, displaced_confirmed=first if second else None,
+            opts=SimpleNamespace(tie_band=0.05), axis=LoadAxis("rate", minimum=0.05, maximum=100),
+            notes=[], say=lambda m: None,
+        )  # fmt: skip
+
+    # Seed 81 of 2026-12-03: trial 2 (KV cache fp8) led trial 1 by 3.5 % and was confirmed
+    # in its place with too few requests; trial 1's own confirmation had met every SLO.
+    one, two = claim(1, 486.0, True), claim(2, 503.0, False)
+    st = state(one, two)
+    kept = _keep_confirmed(st, two)  # type: ignore[arg-type]
+    assert kept.from_trial == 1 and "trial 1's own start" in kept.confirmation
+    assert "+3.5%" in st.notes[-1] and "trial 1's did" in st.notes[-1]
+    # The later one met the SLOs too, or led by more than the tie band, or nothing earlier met
+    # them: the later one stands.
+    assert _keep_confirmed(state(one, claim(2, 503.0, True)), claim(2, 503.0, True)).from_trial == 2  # type: ignore[arg-type]
+    far = claim(2, 560.0, False)
+    assert _keep_confirmed(state(one, far), far) is far  # type: ignore[arg-type]
+    weak = claim(1, 486.0, False)
+    assert _keep_confirmed(state(weak, two), two) is two  # type: ignore[arg-type]
+    # A fresh confirmation of a trial that was not confirmed in place: the in-place one counts.
+    assert _keep_confirmed(state(one), two).from_trial == 1  # type: ignore[arg-type]
