@@ -231,12 +231,7 @@ def recommend(st: RunState, ev: Evaluator) -> None:
         return
     placed = st.trial_confirmed
     if placed is not None and placed.from_trial == best.number:
-        rec = placed.model_copy()
-        rec.confirmation = (
-            f"trial {best.number}'s own start from its launch command, confirmed after its "
-            f"search (the time budget held no restart): {_tries(rec)} ({_loads(st, rec)}); "
-            "the claim is the highest that met every SLO"
-        )
+        rec = _in_place(st, placed)
     else:
         fresh = _confirm_fresh(st, ev, best)
         if fresh is None:
@@ -279,12 +274,7 @@ def _keep_confirmed(st: RunState, rec: Recommendation) -> Recommendation:
     a, b = prev.search_estimate, rec.search_estimate
     if a is None or b is None or not too_close(a, b, st.opts.tie_band):
         return rec
-    kept = prev.model_copy()
-    kept.confirmation = (
-        f"trial {prev.from_trial}'s own start from its launch command, confirmed after its "
-        f"search: {_tries(kept)} ({_loads(st, kept)}); the claim is the highest that met every "
-        "SLO"
-    )
+    kept = _in_place(st, prev)
     st.notes.append(
         f"trial {rec.from_trial} led trial {prev.from_trial} by "
         f"{b.tokens_per_s / a.tokens_per_s - 1:+.1%} in the search, within the "
@@ -294,6 +284,17 @@ def _keep_confirmed(st: RunState, rec: Recommendation) -> Recommendation:
     )
     st.say(f"confirmation: {st.notes[-1]}")
     return kept
+
+
+def _in_place(st: RunState, placed: Recommendation) -> Recommendation:
+    """A trial's confirmation on its own server after its search, as the recommendation."""
+    rec = placed.model_copy()
+    rec.confirmation = (
+        f"trial {rec.from_trial}'s own start from its launch command, confirmed after its "
+        f"search (the time budget held no restart): {_tries(rec)} ({_loads(st, rec)}); "
+        "the claim is the highest that met every SLO"
+    )
+    return rec
 
 
 def _tries(rec: Recommendation) -> str:
