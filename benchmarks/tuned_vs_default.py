@@ -16,6 +16,13 @@ For the recommended config it then checks the claim on the same running server: 
 ``--claim-prompts`` prompts at ``recommended.load`` (in the report's own load model), PASS when
 every SLO holds and output tokens/s is within ``--tolerance`` (10 %) of the claimed figure.
 
+``--saturation N`` adds, on each config after its capacity search, one closed-loop point of N
+clients with no SLO (``--min-prompts`` prompts): its output tokens/s is about the most the
+config delivers on this machine at any latency. The recommended config's saturation over the
+baseline's capacity bounds the gain any SLO-bound load could show (a configuration's capacity
+under an SLO is at most its saturation), and the claim over the recommended config's saturation
+says what share of the machine's throughput autotune's claim takes.
+
 ``--claim-only`` skips the capacity sweeps: each repeat is a fresh start of the recommended
 config and one claim check (the quick test of "the claim holds under another client").
 
@@ -105,6 +112,39 @@ def claim_check(
     return check
 
 
+def saturation_point(
+    client: VLLMClient, clients: int, prompts: int
+) -> Callable[[str, str, Path], Result]:
+    """``then``: one closed-loop point of ``clients`` clients and no SLO (the saturation)."""
+
+    def point(url: str, model: str, d: Path) -> Result:
+        res = client.run(url, model, {"concurrency": clients}, prompts, d, "saturation")
+        show_point("saturation", f"c{clients}", res, [])
+        return {
+            "concurrency": clients, "prompts": prompts,
+            "output_tokens_per_s": res.get("output_throughput"),
+            "request_rate": res.get("request_throughput"), "result": res,
+        }  # fmt: skip
+
+    return point
+
+
+def extras(
+    **steps: Callable[[str, str, Path], Result] | None,
+) -> Callable[[str, str, Path], Result]:
+    """``then`` running each named step in turn (the claim check, the saturation point) on the
+    same server; its result has one entry per step."""
+
+    def run(url: str, model: str, d: Path) -> Result:
+        return {name: step(url, model, d) for name, step in steps.items() if step is not None}
+
+    return run
+
+
+def sat_tok(x: Result) -> float | None:
+    return (x.get("saturation") or {}).get("output_tokens_per_s")
+
+
 def score(x: Result) -> float | None:
     return (x.get("capacity") or {}).get("score_tokens_per_s")
 
@@ -169,6 +209,16 @@ def summarize(pairs: list[Result], report: Result, lm: LoadModel) -> Result:
         f" {claimed_lm.unit} / recommended capacity): {fmt(tightness, '.3f')} of the median;"
         f" per repeat {', '.join(fmt(x, '.3f') for x in tight)}"
     )
+    sat = {k: med([sat_tok(p[k]) for p in pairs]) for k in ("baseline", "recommended")}
+    bound = div(sat["recommended"], med_tok["baseline"])
+    if sat["recommended"] is not None:
+        print(
+            f"  saturation (closed loop, no SLO), median tok/s: baseline"
+            f" {fmt(sat['baseline'], '.1f')}, recommended {fmt(sat['recommended'], '.1f')};"
+            f" the most any SLO-bound gain can be"
+            f" (recommended saturation / baseline capacity): {fmt(bound, '.3f')}; the claim is"
+            f" {fmt(div(claimed, sat['recommended']), '.3f')} of the recommended saturation"
+        )
     for i, cl in enumerate(claims, 1):
         if cl is None:
             print(f"  claim check, repeat {i}: FAIL (not run: the server did not start)")
@@ -185,6 +235,7 @@ def summarize(pairs: list[Result], report: Result, lm: LoadModel) -> Result:
         "gain_per_repeat": gains, "claimed_tokens_per_s": claimed,
         "tightness_of_median": tightness, "tightness_per_repeat": tight,
         "claims_pass": [bool(cl and cl["pass"]) for cl in claims],
+        "saturation_tokens_per_s": sat, "gain_bound": bound,
     }  # fmt: skip
 
 
@@ -197,6 +248,7 @@ def main() -> int:
     add("--claim-prompts", type=int, default=400, help="prompts of the claim check (400)")
     add("--tolerance", type=float, default=0.10, help="claim check's throughput tolerance (0.10)")
     add("--claim-only", action="store_true", help="per repeat: a fresh start and the claim only")
+    add("--saturation", type=int, help="then on each config: N clients, no SLO (the saturation)")
     add_sweep_args(p, load_default=None)
     args = p.parse_args()
 
@@ -229,6 +281,7 @@ def main() -> int:
         "options": {k: str(v) for k, v in vars(args).items()}, "repeats": [],
     }  # fmt: skip
     check = claim_check(client, report, args)
+    sat = saturation_point(client, args.saturation, opts.min_prompts) if args.saturation else None
     if args.claim_only:
         return claims_only(report, args, client, lm, opts, out, doc, check)
     for i in range(1, args.repeats + 1):
@@ -240,10 +293,9 @@ def main() -> int:
             pair[kind] = measure_config(
                 f"r{i} {kind}", spec, out / f"r{i}-{kind}", client, lm, opts,
                 warmup_prompts=args.warmup_prompts, startup_timeout_s=args.startup_timeout,
-                then=check if kind == "recommended" else None,
+                then=extras(claim=check if kind == "recommended" else None, saturation=sat),
             )  # fmt: skip
-            if "then" in pair[kind]:
-                pair[kind]["claim"] = pair[kind].pop("then")
+            pair[kind].update(pair[kind].pop("then", None) or {})
             write_atomic(out / "bench.json", json.dumps(doc, indent=2, default=str).encode())
         show_repeat(i, pair, lm)
     doc["summary"] = summarize(doc["repeats"], report, lm)
