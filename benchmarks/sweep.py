@@ -235,14 +235,17 @@ HEADER = "  {:>7} {:>6} {:>5} {:>4} {:>6} {:>8} {:>7} {:>7} {:>7} {:>5}  verdict
 )
 
 
-def show_point(label: str, load: str, res: Result, broken: list[str]) -> None:
-    """One row under HEADER: what vLLM's client measured at one load."""
+def show_point(
+    label: str, load: str, res: Result, broken: list[str], verdict: str = "held"
+) -> None:
+    """One row under HEADER: what vLLM's client measured at one load; ``verdict`` where
+    nothing broke (a point judged by no SLO says so)."""
     print(
         f"  {label:>7} {load:>6} {fmt(res.get('completed'), 'd'):>5}"
         f" {fmt(res.get('failed'), 'd'):>4} {fmt(res.get('request_throughput'), '.2f'):>6}"
         f" {fmt(res.get('output_throughput'), '.1f'):>8} {fmt(res.get('median_ttft_ms')):>7}"
         f" {fmt(res.get('p99_ttft_ms')):>7} {fmt(res.get('median_tpot_ms'), '.1f'):>7}"
-        f" {fmt(res.get('client_cpu_pct')):>5}  {'; '.join(broken) or 'held'}",
+        f" {fmt(res.get('client_cpu_pct')):>5}  {'; '.join(broken) or verdict}",
         flush=True,
     )
 

@@ -119,7 +119,7 @@ def saturation_point(
 
     def point(url: str, model: str, d: Path) -> Result:
         res = client.run(url, model, {"concurrency": clients}, prompts, d, "saturation")
-        show_point("saturation", f"c{clients}", res, [])
+        show_point("saturation", f"c{clients}", res, [], verdict="no SLO")
         return {
             "concurrency": clients, "prompts": prompts,
             "output_tokens_per_s": res.get("output_throughput"),

@@ -78,6 +78,6 @@ def repeat(
     report = verdict((best.number, trial.number), loads, run, (a, b), after)
     st.comparisons.append(report)
     if report.winner == trial.number:
-        ev.keep_reference(server, trial)
+        ev.gates.keep_reference(server, trial)
     ev.save(best)
     st.say(f"side by side: trial {report.winner} goes on; {report.note}")

@@ -8,7 +8,8 @@ through ``point`` and change a score only through ``rescore``.
 On a ready engine: the quality gate (a quantisation stage's configuration), warm-up, for the
 baseline the probe and the gates' references, the capacity search (tuner/capacity.py over the
 estimate of tuner/estimate.py), the baseline's confirmation, the exactness check, and where
-two configurations are too close to call, both measured again side by side.
+two configurations are too close to call, both measured again side by side. The gates' own
+steps on the server (quality figure and reference, greedy outputs) are tuner/gate_steps.py's.
 """
 
 from __future__ import annotations
@@ -18,16 +19,12 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 from probes.diagnose import run_diagnosis
-from probes.exactness import Exactness, describe
-from probes.quality import Quality, QualityError
 from tuner import checkpoint, reach, recommend, side_by_side, sizing, stop
 from tuner.capacity import PointOutcome, find_capacity
 from tuner.engines.base import EngineDied, EngineStartError, RunningServer, raise_if_died
 from tuner.estimate import CapacityEstimate, Samples
-from tuner.gates import rejection
+from tuner.gate_steps import GateSteps
 from tuner.measure import point_line, write_records
 from tuner.report import PointReport, TrialReport, dump_json, write_atomic
 from tuner.scoring import abandon_reason, under_capacity
@@ -43,6 +40,7 @@ class Evaluator:
     def __init__(self, st: RunState, target: Target) -> None:
         self.st = st
         self.target = target
+        self.gates = GateSteps(st)
 
     # ------------------------------------------------------------ a whole trial
     def evaluate(self, number: int, stage: str, params: dict[str, Any]) -> TrialReport:
@@ -121,7 +119,7 @@ class Evaluator:
         quantised = not baseline and st.space and st.space.changed("quantisation", trial.params)
         # Before the warm-up, so that a configuration too slow to time still gets its quality
         # figure (bounded by tuner.gates.QUALITY_BUDGET_S).
-        if quantised and not self._quality(server, trial, label):
+        if quantised and not self.gates.quality(server, trial, label):
             return
         if not baseline and self._no_reference(best):
             # No capacity to start from (the baseline met the SLOs at no load): a closed-loop
@@ -144,7 +142,7 @@ class Evaluator:
                 st.say(f"{label}: infeasible, not searched: {why}")
                 return
             if st.wants("quantisation"):
-                self._baseline_quality(server)
+                self.gates.baseline_quality(server)
             start = self.start_load(None)
         elif best is not None and best.warmup_s and trial.warmup_s > 3 * best.warmup_s + 20:
             trial.status, trial.error = (
@@ -179,7 +177,7 @@ class Evaluator:
             and st.quality.ref is None
             and st.quality.ref_error is None
         ):
-            self._deferred_reference(server, trial)
+            self.gates.deferred_reference(server, trial)
         if baseline and trial.status == "ok" and st.opts.confirm_baseline and st.launches:
             st.baseline_confirmed = recommend.confirm_on(
                 st, self, server, trial, tdir, "baseline confirmation", baseline=True
@@ -194,7 +192,7 @@ class Evaluator:
                 )
         if trial.status in ("ok", "abandoned", "infeasible"):
             # Also where it lost on speed: whether speculation changed outputs is a finding.
-            self._exactness(server, trial, tdir, label, best)
+            self.gates.exactness(server, trial, tdir, label, best)
         if trial.rejected:
             st.say(f"{label}: not recommendable: {trial.rejected}")
         elif trial.status == "ok" and best is not None:
@@ -322,7 +320,7 @@ class Evaluator:
             trial.metrics = p.metrics
         return est
 
-    # ------------------------------------------------------------ gates and probe
+    # ------------------------------------------------------------ the probe
     def _no_effect(self, params: dict[str, Any], log: Path) -> str | None:
         """A chosen option the engine's log says did nothing (the space's ``no_effect_log``)."""
         space = self.st.space
@@ -333,112 +331,6 @@ class Evaluator:
             if line := found_in_log(pattern, text):
                 return f"{choice} had no effect: the server log says {line[-200:]!r}"
         return None
-
-    def _quality(self, server: RunningServer, trial: TrialReport, label: str) -> bool:
-        """The quality gate's figure for this configuration; False: it could not be taken
-        (the trial failed)."""
-        st = self.st
-        try:
-            trial.quality = st.quality.check(server.base_url, server.served_model or st.model_path)
-        except QualityError as exc:
-            raise_if_died(server, "during its quality check")
-            trial.status, trial.error = "failed", f"quality could not be measured: {exc}"
-            st.say(f"{label}: {trial.error}")
-            return False
-        q = trial.quality
-        st.say(
-            f"{label}: quality {q.metric} {q.value:.4g} against {q.baseline_value:.4g} "
-            f"({q.degradation_pct:+.2f} %, limit {st.quality_limit:g} %)"
-        )
-        return True
-
-    def _baseline_quality(self, server: RunningServer) -> None:
-        """The quality gate's reference, on the baseline server (tuner/gates.py)."""
-        st = self.st
-        st.notes += st.quality.take_reference(server.base_url, server.served_model or st.model_path)
-        if isinstance(st.quality.ref, Quality):
-            st.say(f"quality reference: perplexity {st.quality.ref.value:.4g}")
-
-    def _deferred_reference(self, server: RunningServer, trial: TrialReport) -> None:
-        """The quality gate's reference on the first configuration to meet the SLOs (the
-        baseline meets them at no load). In a shared study one worker measures it and every
-        worker takes it, so that all of them judge quantisation against the same figure."""
-        st = self.st
-
-        def take() -> dict[str, Any]:
-            before = len(st.notes)
-            self._baseline_quality(server)
-            return {**st.quality.dump(), "trial": trial.number, "notes": st.notes[before:]}
-
-        if st.shared is None:
-            doc = take()
-        else:
-            doc, mine = st.shared.once("quality-reference", take, "the quality gate's reference")
-            if not mine:
-                st.quality.load(doc)
-                st.notes += doc["notes"]
-        st.notes.append(
-            f"the quality gate's reference was measured on trial {doc['trial']}, the first "
-            "configuration to meet the SLOs: the baseline meets them at no load"
-        )
-
-    def _exactness(
-        self,
-        server: RunningServer,
-        trial: TrialReport,
-        tdir: Path,
-        label: str,
-        best: TrialReport | None,
-    ) -> None:
-        """Greedy outputs at concurrency 1: kept as the reference by a configuration that may
-        be carried into the speculative stage, compared with that reference by one that uses
-        speculative decoding (tuner/gates.py)."""
-        st = self.st
-        if st.space is None or not st.wants("speculative"):
-            return
-        speculative = bool(st.space.changed("speculative", trial.params))
-        new_best = not trial.rejected and (
-            best is None or (trial.score_tokens_per_s or 0.0) > (best.score_tokens_per_s or 0.0)
-        )
-        if not speculative and not (new_best and trial.status == "ok"):
-            return
-        try:
-            outs = self._greedy(server, trial, tdir)
-        except QualityError as exc:
-            raise_if_died(server, "during its exactness check")
-            if speculative:
-                trial.exactness = Exactness(checked=False, reason=f"greedy outputs: {exc}")
-                trial.rejected = trial.rejected or f"exactness not checked: {exc}"
-            return
-        gate = st.exactness
-        if not speculative:
-            gate.keep(trial.number, outs)
-            return
-        trial.exactness = gate.compare(outs)
-        st.say(f"{label}: exactness: {describe(trial.exactness)}")
-        trial.rejected = trial.rejected or rejection(trial.exactness, st.opts.accept_divergence)
-
-    def _greedy(self, server: RunningServer, trial: TrialReport, tdir: Path) -> list[Any]:
-        """Greedy outputs at concurrency 1 on the exactness prompts, kept in the trial's folder.
-        Raises QualityError."""
-        outs = self.st.exactness.outputs(server.base_url, server.served_model or self.st.model_path)
-        write_atomic(tdir / "greedy.json", orjson.dumps([o.model_dump() for o in outs]))
-        return outs
-
-    def keep_reference(self, server: RunningServer, trial: TrialReport) -> None:
-        """Greedy outputs of a configuration that became the best after its own check (a
-        side-by-side repeat put it ahead), so that the speculative stage, which starts from
-        it, has its reference."""
-        st = self.st
-        if not st.wants("speculative") or trial.number in st.exactness.greedy:
-            return
-        if st.space is not None and st.space.changed("speculative", trial.params):
-            return
-        try:
-            st.exactness.keep(trial.number, self._greedy(server, trial, st.trial_dir(trial.number)))
-        except QualityError as exc:
-            raise_if_died(server, "during its exactness check")
-            st.notes.append(f"trial {trial.number}: no greedy outputs to check exactness by: {exc}")
 
     def _diagnose(self, server: RunningServer) -> None:
         """The probe, on the baseline server: where the time goes, which stages can pay off."""

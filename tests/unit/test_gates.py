@@ -11,9 +11,9 @@ import pytest
 
 from probes.exactness import Divergence, Exactness
 from probes.quality import Continuation, Quality
+from tuner.gate_steps import GateSteps
 from tuner.gates import ExactnessGate, QualityGate, rejection
 from tuner.shared import SharedStudy
-from tuner.trial import Evaluator
 
 
 def test_identical_outputs_pass_and_divergent_ones_need_the_users_consent() -> None:
@@ -87,18 +87,17 @@ def test_a_deferred_quality_reference_is_one_workers_in_a_shared_study(tmp_path:
     # whose), not one of its own from another configuration.
     url = f"sqlite:///{tmp_path / 'shared.db'}"
 
-    def worker(ppl: float) -> tuple[SimpleNamespace, Evaluator]:
+    def worker(ppl: float) -> tuple[SimpleNamespace, GateSteps]:
         st = SimpleNamespace(
             shared=SharedStudy(url, "s", poll_s=0.05), quality=QualityGate(1.0), notes=[]
         )
-        ev = Evaluator.__new__(Evaluator)
-        ev.st = st  # type: ignore[assignment]
+        steps = GateSteps(st)  # type: ignore[arg-type]
         ref = Quality(metric="perplexity", value=ppl, n_tokens=900, n_texts=24)
-        ev._baseline_quality = lambda server: setattr(st.quality, "ref", ref)  # type: ignore[method-assign]
-        return st, ev
+        steps.baseline_quality = lambda server: setattr(st.quality, "ref", ref)  # type: ignore[method-assign]
+        return st, steps
 
     (a, ev_a), (b, ev_b) = worker(10.0), worker(20.0)
-    ev_a._deferred_reference(None, SimpleNamespace(number=3))  # type: ignore[arg-type]
-    ev_b._deferred_reference(None, SimpleNamespace(number=5))  # type: ignore[arg-type]
+    ev_a.deferred_reference(None, SimpleNamespace(number=3))  # type: ignore[arg-type]
+    ev_b.deferred_reference(None, SimpleNamespace(number=5))  # type: ignore[arg-type]
     assert a.quality.ref.value == b.quality.ref.value == 10.0
     assert "measured on trial 3" in a.notes[-1] and "measured on trial 3" in b.notes[-1]
