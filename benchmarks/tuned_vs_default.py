@@ -21,7 +21,8 @@ clients with no SLO (``--min-prompts`` prompts): its output tokens/s is about th
 config delivers on this machine at any latency. The recommended config's saturation over the
 baseline's capacity bounds the gain any SLO-bound load could show (a configuration's capacity
 under an SLO is at most its saturation), and the claim over the recommended config's saturation
-says what share of the machine's throughput autotune's claim takes.
+says what share of the machine's throughput autotune's claim takes. With ``--claim-only`` it
+follows each claim check.
 
 ``--claim-only`` skips the capacity sweeps: each repeat is a fresh start of the recommended
 config and one claim check (the quick test of "the claim holds under another client").
@@ -283,7 +284,9 @@ def main() -> int:
     check = claim_check(client, report, args)
     sat = saturation_point(client, args.saturation, opts.min_prompts) if args.saturation else None
     if args.claim_only:
-        return claims_only(report, args, client, lm, opts, out, doc, check)
+        return claims_only(
+            report, args, client, lm, opts, out, doc, extras(claim=check, saturation=sat)
+        )
     for i in range(1, args.repeats + 1):
         pair: Result = {}
         doc["repeats"].append(pair)
@@ -312,9 +315,10 @@ def claims_only(
     opts: SweepOptions,
     out: Path,
     doc: Result,
-    check: Callable[[str, str, Path], Result],
+    then: Callable[[str, str, Path], Result],
 ) -> int:
-    """``--claim-only``: per repeat, a fresh start of the recommended config and its claim."""
+    """``--claim-only``: per repeat, a fresh start of the recommended config and its claim
+    (with ``--saturation``, then its saturation point)."""
     rec = report["recommended"]
     spec = LaunchSpec(list(rec["launch_command"]), dict(rec.get("env") or {}))
     claims: list[Result] = []
@@ -322,9 +326,10 @@ def claims_only(
         x = measure_config(
             f"r{i} recommended", spec, out / f"r{i}-recommended", client, lm, opts,
             warmup_prompts=args.warmup_prompts, startup_timeout_s=args.startup_timeout,
-            then=check, sweep=False,
+            then=then, sweep=False,
         )  # fmt: skip
-        claims.append(x.get("then") or {"pass": False, "error": x.get("error")})
+        x.update(x.pop("then", None) or {})
+        claims.append(x.get("claim") or {"pass": False, "error": x.get("error")})
         doc["repeats"].append({"recommended": x})
         write_atomic(out / "bench.json", json.dumps(doc, indent=2, default=str).encode())
     ratios = [c.get("ratio") for c in claims if c.get("ratio") is not None]
@@ -339,7 +344,14 @@ def claims_only(
         f"  {sum(bool(c.get('pass')) for c in claims)} of {len(claims)} passed; median ratio"
         f" {fmt(statistics.median(ratios) if ratios else None, '.3f')}"
     )
-    doc["summary"] = {"claims": claims}
+    sats = [t for r in doc["repeats"] if (t := sat_tok(r["recommended"])) is not None]
+    if sats:
+        print(
+            f"  saturation (closed loop of {args.saturation}, no SLO): median"
+            f" {statistics.median(sats):.1f} output tok/s; per repeat"
+            f" {', '.join(f'{t:.1f}' for t in sats)}"
+        )
+    doc["summary"] = {"claims": claims, "saturation_tokens_per_s": sats}
     write_atomic(out / "bench.json", json.dumps(doc, indent=2, default=str).encode())
     return 0
 
