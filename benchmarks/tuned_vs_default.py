@@ -17,12 +17,13 @@ For the recommended config it then checks the claim on the same running server: 
 every SLO holds and output tokens/s is within ``--tolerance`` (10 %) of the claimed figure.
 
 ``--saturation N`` adds, on each config after its capacity search, one closed-loop point of N
-clients with no SLO (``--min-prompts`` prompts): its output tokens/s is about the most the
-config delivers on this machine at any latency. The recommended config's saturation over the
-baseline's capacity bounds the gain any SLO-bound load could show (a configuration's capacity
-under an SLO is at most its saturation), and the claim over the recommended config's saturation
-says what share of the machine's throughput autotune's claim takes. With ``--claim-only`` it
-follows each claim check.
+clients with no SLO (``--min-prompts`` prompts): with N at the config's batch limit
+(``max_num_seqs``, 128 by default) or above, its output tokens/s is about the most the config
+delivers on this machine at any latency; below it, only a lower bound of that. The recommended
+config's saturation over the baseline's capacity bounds the gain any SLO-bound load could show
+(a configuration's capacity under an SLO is at most its saturation), and the claim over the
+recommended config's saturation says what share of the machine's throughput autotune's claim
+takes. With ``--claim-only`` it follows each claim check.
 
 ``--claim-only`` skips the capacity sweeps: each repeat is a fresh start of the recommended
 config and one claim check (the quick test of "the claim holds under another client").
