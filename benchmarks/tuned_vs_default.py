@@ -217,8 +217,8 @@ def summarize(pairs: list[Result], report: Result, lm: LoadModel) -> Result:
         print(
             f"  saturation (closed loop, no SLO), median tok/s: baseline"
             f" {fmt(sat['baseline'], '.1f')}, recommended {fmt(sat['recommended'], '.1f')};"
-            f" the most any SLO-bound gain can be"
-            f" (recommended saturation / baseline capacity): {fmt(bound, '.3f')}; the claim is"
+            f" recommended saturation / baseline capacity {fmt(bound, '.3f')} (the most any"
+            f" SLO-bound gain can be only with N at max_num_seqs or above); the claim is"
             f" {fmt(div(claimed, sat['recommended']), '.3f')} of the recommended saturation"
         )
     for i, cl in enumerate(claims, 1):
