@@ -29,6 +29,12 @@ from probes.records import RequestRecord
 from probes.workload import PreparedRequest
 
 Clock = Callable[[], float]
+# Asked when a point's requests run out: how many more to send, given its records so far and
+# the clock's reading (probes/sequential.py's shortfall).
+More = Callable[[list[RequestRecord], float], int]
+# A grown point's k-th further batch of arrivals draws its gaps from seed + k x this: apart
+# from the warm-up's (seed + 1) and from the next point's seeds.
+SEGMENT_SEED_STEP = 1_000_003
 
 
 def _content(chunk: dict, chat: bool) -> tuple[bool, dict | None]:
@@ -93,6 +99,39 @@ async def consume_stream(
         rec.error = "stream ended without content"
 
 
+class _Pool:
+    """Which of a point's prepared requests may be sent: the first ``base`` (all, where None),
+    then as many more as ``more`` asks for each time those run out, up to all of them."""
+
+    def __init__(self, total: int, base: int | None, more: More | None) -> None:
+        self.total = total
+        self.available = total if base is None or more is None else max(0, min(base, total))
+        self.more = more
+        self.taken = 0
+        self._asked_at = -1  # ``available`` when ``more`` last said how many more
+
+    @property
+    def can_grow(self) -> bool:
+        return self.more is not None and self.available < self.total
+
+    def grow(self, records: list[RequestRecord], now: float) -> None:
+        """Ask ``more`` once per time the available requests run out."""
+        if not self.can_grow or self._asked_at == self.available:
+            return
+        assert self.more is not None
+        self._asked_at = self.available
+        self.available = min(self.total, self.available + max(0, self.more(records, now)))
+
+    def take(self, records: list[RequestRecord], now: float) -> int | None:
+        """The next request's index, growing the pool when it has run out; None when done."""
+        if self.taken >= self.available:
+            self.grow(records, now)
+        if self.taken >= self.available:
+            return None
+        self.taken += 1
+        return self.taken - 1
+
+
 @dataclass
 class LoadResult:
     records: list[RequestRecord]
@@ -150,20 +189,22 @@ class LoadClient:
         reqs: Sequence[PreparedRequest],
         concurrency: int,
         first_index: int,
+        base: int | None = None,
+        more: More | None = None,
     ) -> list[RequestRecord]:
         records: list[RequestRecord] = []
-        it = iter(enumerate(reqs, first_index))
+        pool = _Pool(len(reqs), base, more)
         t0 = self.clock()
 
         async def slot() -> None:
             t_free = t0
-            for i, req in it:  # the shared iterator hands each request to exactly one slot
-                rec = RequestRecord(index=i, t_sched=t_free)
+            while (i := pool.take(records, self.clock())) is not None:
+                rec = RequestRecord(index=first_index + i, t_sched=t_free)
                 records.append(rec)
-                await self._one(session, req, rec)
+                await self._one(session, reqs[i], rec)
                 t_free = rec.t_end
 
-        await asyncio.gather(*(slot() for _ in range(min(concurrency, len(reqs)))))
+        await asyncio.gather(*(slot() for _ in range(min(concurrency, pool.available))))
         records.sort(key=lambda r: r.index)
         return records
 
@@ -174,12 +215,17 @@ class LoadClient:
         rate_rps: float,
         seed: int,
         first_index: int,
+        base: int | None = None,
+        more: More | None = None,
     ) -> list[RequestRecord]:
-        offsets = arrival_offsets(len(reqs), rate_rps, seed)
-        t0 = self.clock()
-        records = [
-            RequestRecord(index=first_index + i, t_sched=t0 + o) for i, o in enumerate(offsets)
-        ]
+        """Arrivals in segments: the first ``base`` (all, where None), then while ``more``
+        asks for more (called when the last arrival of a segment is due), another segment of
+        that many, right after it: each segment's n gaps span n/R (``arrival_offsets``), the
+        last of them the gap before the next segment's first arrival, so the arrivals stay
+        one process at rate R."""
+        pool = _Pool(len(reqs), base, more)
+        records: list[RequestRecord] = []
+        tasks: list[asyncio.Task[None]] = []
 
         async def fire(req: PreparedRequest, rec: RequestRecord) -> None:
             # Timers may wake a little early: never send before the scheduled time.
@@ -187,7 +233,21 @@ class LoadClient:
                 await asyncio.sleep(delay)
             await self._one(session, req, rec)
 
-        await asyncio.gather(*(fire(q, r) for q, r in zip(reqs, records, strict=True)))
+        t0, start, k = self.clock(), 0.0, 0
+        while (n := pool.available - len(records)) > 0:
+            for o in arrival_offsets(n, rate_rps, seed + SEGMENT_SEED_STEP * k):
+                i = len(records)
+                rec = RequestRecord(index=first_index + i, t_sched=t0 + start + o)
+                records.append(rec)
+                tasks.append(asyncio.ensure_future(fire(reqs[i], rec)))
+            start += n / rate_rps
+            k += 1
+            if not pool.can_grow:
+                break
+            while (delay := records[-1].t_sched - self.clock()) > 0:
+                await asyncio.sleep(delay)
+            pool.grow(records, self.clock())
+        await asyncio.gather(*tasks)
         return records
 
     async def run(
@@ -198,10 +258,16 @@ class LoadClient:
         rate_rps: float | None = None,
         warmup: int = 0,
         seed: int = 0,
+        base: int | None = None,
+        more: More | None = None,
     ) -> LoadResult:
         """Send ``warmup`` requests (discarded), then the rest, at one load.
 
-        Exactly one of ``concurrency`` and ``rate_rps`` is given.
+        Exactly one of ``concurrency`` and ``rate_rps`` is given. With ``base``, the point
+        sends that many of the rest, then asks ``more(records so far, now)`` how many of the
+        others to send on at the same load (once the last of them is due or handed to a
+        slot; again after each further batch), until it says 0 or none are left: a point
+        that grows until its sample suffices (probes/sequential.py).
         """
         if (concurrency is None) == (rate_rps is None):
             raise ValueError("give exactly one of concurrency and rate_rps")
@@ -221,10 +287,14 @@ class LoadClient:
                 warm = await self._open(session, warm_reqs, rate_rps, seed + 1, 0)
             cpu0, wall0 = time.process_time(), time.perf_counter()
             if concurrency is not None:
-                recs = await self._closed(session, measured, concurrency, warmup)
+                recs = await self._closed(
+                    session, measured, concurrency, warmup, base=base, more=more
+                )
             else:
                 assert rate_rps is not None
-                recs = await self._open(session, measured, rate_rps, seed, warmup)
+                recs = await self._open(
+                    session, measured, rate_rps, seed, warmup, base=base, more=more
+                )
             cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
         return LoadResult(recs, warm, 100.0 * cpu / wall if wall > 0 else 0.0, wall)
 

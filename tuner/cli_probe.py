@@ -55,6 +55,14 @@ def probe_cmd(
             "sample-size rule included; repeatable"
         ),
     ] = [],  # noqa: B006
+    grow: Annotated[
+        bool,
+        typer.Option(
+            help="with --slo: where requests over a limit leave the percentile's sample short "
+            "(p99: 459 with none over, 662 with one), send up to --requests more at the same "
+            "load, as many as it then needs"
+        ),
+    ] = True,
     json_path: Annotated[Path | None, typer.Option("--json", help="write the result here")] = None,
     output: Annotated[Path, typer.Option(help="folder for the server log")] = Path("results"),
 ) -> None:
@@ -103,6 +111,7 @@ def probe_cmd(
             tokenizer=tokenizer,
             diagnose=diagnose,
             slos=slos,
+            grow=grow,
             out_dir=output / "probe",
             progress=lambda m: typer.echo(m, err=True),
         )

@@ -23,9 +23,11 @@ from probes.drift import project, queue_drift
 from probes.metrics import LoadMetrics, Verdict, judge, summarize
 from probes.neighbour import Neighbour
 from probes.records import RequestRecord
+from probes.sequential import shortfall
 from probes.server_metrics import PeakSampler, ServerSeries, Snapshot, delta, fetch_snapshot
 from probes.slo import SLOSet
 from probes.workload import PreparedRequest, Tokenizer, Workload, prepare_requests
+from tuner import stop
 from tuner.capacity import LoadAxis
 from tuner.engines.base import RunningServer
 
@@ -138,9 +140,14 @@ class PointMeasurer:
         self.spent("warmup", dt)
         return dt, res
 
-    def measure(self, server: RunningServer, x: float, n: int, model: str) -> Measured:
-        """One load point: ``n`` fresh requests at concurrency or rate ``x``."""
-        reqs = self.requests(server, n, model)
+    def measure(
+        self, server: RunningServer, x: float, n: int, model: str, room: int = 0
+    ) -> Measured:
+        """One load point: ``n`` fresh requests at concurrency or rate ``x``; with ``room``, up
+        to that many more at the same load, as many as the SLOs' percentiles still need when
+        the ``n`` run out, with the requests over their limits counted
+        (probes/sequential.py). No more once a first Ctrl-C came in."""
+        reqs = self.requests(server, n + max(0, room), model)
         self.client.base_url = server.base_url
         series = self.series
         before = self._snapshot(server) if series else None
@@ -148,6 +155,13 @@ class PointMeasurer:
         load: dict[str, Any] = (
             {"concurrency": int(x)} if self.axis.kind == "concurrency" else {"rate_rps": x}
         )
+        if room > 0:
+            slos = self.slos
+
+            def more(records: list[RequestRecord], now: float) -> int:
+                return 0 if stop.STOP.requested else shortfall(records, slos, now)
+
+            load.update(base=n, more=more)
         peaks: dict[str, float] = {}
         with Neighbour(self.neighbour_pct):
             if series and series.gauges:

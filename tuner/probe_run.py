@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict
 from probes.client import LoadClient, run_load
 from probes.diagnose import Diagnosis, run_diagnosis
 from probes.metrics import LoadMetrics, Verdict, summarize
+from probes.sequential import shortfall
 from probes.server_metrics import ServerSeries
 from probes.slo import SLOSet
 from probes.workload import (
@@ -180,9 +181,12 @@ def probe(
     seed: int | None = None,
     slos: SLOSet | None = None,
     max_error_rate: float = 0.01,
+    grow: bool = True,
     progress: Callable[[str], None] = lambda m: None,
 ) -> ProbeResult:
-    """Measure one load (and, with ``diagnose``, the sweeps); see the module docstring.
+    """Measure one load (and, with ``diagnose``, the sweeps); see the module docstring. With
+    latency SLOs and ``grow``, the point sends up to ``requests`` more where requests over a
+    limit leave the percentile's sample short (probes/sequential.py).
 
     Raises:
         ProbeError: bad parameters, an unreachable endpoint, a tokenizer that cannot load.
@@ -213,12 +217,32 @@ def probe(
             _check_buildable(workload, tok)
         client = LoadClient(url)
         t0 = time.monotonic()
+        room = requests if grow and slos is not None and slos.latency else 0
         reqs = prepare_requests(
-            workload, warmup + requests, model=name, tokenizer=tok, seed=seed, ignore_eos=ignore_eos
+            workload,
+            warmup + requests + room,
+            model=name,
+            tokenizer=tok,
+            seed=seed,
+            ignore_eos=ignore_eos,
         )
+        judged_by = slos
+        more = (lambda recs, now: shortfall(recs, judged_by, now)) if judged_by and room else None
         res = run_load(
-            client, reqs, concurrency=concurrency, rate_rps=rate_rps, warmup=warmup, seed=seed
+            client,
+            reqs,
+            concurrency=concurrency,
+            rate_rps=rate_rps,
+            warmup=warmup,
+            seed=seed,
+            base=requests if more else None,
+            more=more,
         )
+        if len(res.records) > requests:
+            progress(
+                f"probe: grown from {requests} to {len(res.records)} requests, as the "
+                "percentile needs with the requests over its limit"
+            )
         warm_s = (time.monotonic() - t0) - res.wall_s
         metrics = summarize(res.records, slos, client_cpu_pct=res.client_cpu_pct)
         verdict = None

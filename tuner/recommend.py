@@ -79,6 +79,16 @@ def confirm_on(
         per_s = x if axis.kind == "rate" else rps
         return n_for(x) / max(per_s, 1e-3) + e2e_s
 
+    def room_for(x: float, n: int) -> int:
+        """How many more requests a try may grow by where requests over a limit leave its
+        sample short of what the percentile then needs (probes/sequential.py): at most ``n``
+        more, and only what the time left holds after its own ``n``."""
+        if not budgeted:
+            return n
+        per_s = max(x if axis.kind == "rate" else rps, 1e-3)
+        spare_s = st.budget.left(10.0 + reserve) - (n / per_s + e2e_s)
+        return max(0, min(n, math.floor(spare_s * per_s)))
+
     if budgeted and baseline and not st.budget.fits(try_s(first), reserve):
         st.say(
             f"{label}: not now (time budget: one try needs about {try_s(first):.0f} s, and "
@@ -94,8 +104,14 @@ def confirm_on(
                 f"{label}: the time budget allowed {n} requests at {axis.label(x)}, fewer than "
                 f"the {sizing.n_confirm(st, x)} the SLO percentile needs: provisional"
             )
-        m = measurer.measure(server, x, n, st.model_path)
+        m = measurer.measure(server, x, n, st.model_path, room=room_for(x, n))
         j = measurer.judge(m)
+        if len(m.records) > n:
+            over = ", ".join(f"{v} over {k}" for k, v in m.metrics.over_limit.items() if v)
+            st.say(
+                f"{label}: {axis.label(x)} grown from {n} to {len(m.records)} requests, as "
+                f"the percentile needs with the requests over its limit ({over or 'none'})"
+            )
         write_records(cdir / f"{axis.slug(x)}.jsonl", m.records)
         st.say(f"{label}: {axis.label(x):<10} {point_line(m.metrics, j.verdict)}")
         raise_if_died(server, f"during its confirmation at {axis.label(x)}", m.metrics.n_failed > 0)

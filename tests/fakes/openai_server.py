@@ -20,9 +20,10 @@ dies mid-measurement); ``die_above`` C requests in flight it exits with 137 (mem
 once the load grows); every ``error_every``-th request gets HTTP 500; every ``break_every``-th
 stream is cut after its first token; every ``hang_every``-th request never answers.
 
-A prompt that starts with ``FAIL`` is answered with HTTP 500. Prompt tokens are counted as
-whitespace-separated words, so tests can predict ``usage.prompt_tokens``; output tokens are
-``max_tokens`` chunks of one word each.
+A prompt that starts with ``FAIL`` is answered with HTTP 500; one that starts with ``SLOW`` gets
+its first token ``slow_ms`` later than the others (a request over a latency limit, on cue).
+Prompt tokens are counted as whitespace-separated words, so tests can predict
+``usage.prompt_tokens``; output tokens are ``max_tokens`` chunks of one word each.
 
 In-process use (its own event loop in a background thread)::
 
@@ -106,6 +107,7 @@ def build_app(
     error_every: int = 0,
     break_every: int = 0,
     hang_every: int = 0,
+    slow_ms: float = 0.0,
 ) -> web.Application:
     """The aiohttp application; ``stats`` is filled in as requests arrive."""
     st = stats if stats is not None else Stats()
@@ -246,7 +248,8 @@ def build_app(
 
         if chat:
             await resp.write(chunk(None, role=True))  # role-only: not content
-        await asyncio.sleep(ttft_ms / 1000.0)
+        slow = re.match(r"^(\[[^\]]*\] )?SLOW", _first_text(body, chat)) is not None
+        await asyncio.sleep((ttft_ms + (slow_ms if slow else 0.0)) / 1000.0)
         for i in range(n_out):
             if i:
                 await asyncio.sleep(itl_ms / 1000.0)

@@ -14,15 +14,18 @@ import orjson
 import pytest
 
 from probes.client import (
+    SEGMENT_SEED_STEP,
     LoadClient,
     arrival_offsets,
     consume_stream,
     normalize_base_url,
     run_load,
 )
-from probes.metrics import summarize
+from probes.metrics import judge, summarize
 from probes.records import RequestRecord
+from probes.sequential import shortfall
 from probes.server_metrics import delta, fetch_snapshot
+from probes.slo import parse_slos
 from probes.workload import FileItem, FileWorkload, PreparedRequest, prepare_requests
 from tests.fakes.openai_server import FakeOpenAIServer
 
@@ -464,3 +467,95 @@ def test_server_metrics_snapshot_and_delta(server: FakeOpenAIServer) -> None:
     assert "vllm:num_requests_running" in after
     d = delta(before, after)
     assert d["vllm:request_prefill_time_seconds_count"] == 3
+
+
+# ---------------------------------------------------------------------------- a point that grows
+
+
+@pytest.mark.timeout(60)
+def test_open_loop_grows_as_more_asks_and_keeps_one_poisson_process(
+    server: FakeOpenAIServer,
+) -> None:
+    """10 arrivals, then 5 more when asked, then none: the second batch's arrivals are the
+    seeded schedule of 5 at the same rate, starting where the first batch's 10 gaps end."""
+    asked: list[tuple[int, float]] = []
+
+    def more(records: list[RequestRecord], now: float) -> int:
+        asked.append((len(records), now - records[-1].t_sched))
+        return 5 if len(asked) == 1 else 0
+
+    rate, seed = 50.0, 4
+    result = run_load(
+        LoadClient(server.base_url), file_requests(30), rate_rps=rate, seed=seed, base=10, more=more
+    )
+    recs = result.records
+    assert [r.index for r in recs] == list(range(15))
+    assert all(r.ok for r in recs) and server.stats.n_requests == 15
+    assert [n for n, _ in asked] == [10, 15]
+    assert all(late >= 0 for _, late in asked)  # asked once the last arrival was due
+    t0 = recs[0].t_sched
+    first = [r.t_sched - t0 for r in recs[:10]]
+    second = [r.t_sched - t0 - 10 / rate for r in recs[10:]]
+    assert first == pytest.approx(poisson_offsets(10, rate, seed), abs=1e-9)
+    assert second == pytest.approx(poisson_offsets(5, rate, seed + SEGMENT_SEED_STEP), abs=1e-9)
+
+
+@pytest.mark.timeout(60)
+def test_a_point_grows_no_further_than_its_prepared_requests(server: FakeOpenAIServer) -> None:
+    calls = []
+
+    def more(records: list[RequestRecord], now: float) -> int:
+        calls.append(len(records))
+        return 100
+
+    result = run_load(
+        LoadClient(server.base_url), file_requests(12), rate_rps=200.0, base=8, more=more
+    )
+    assert len(result.records) == 12 and server.stats.n_requests == 12
+    assert calls == [8]  # nothing left to ask for after that
+
+
+@pytest.mark.timeout(60)
+def test_closed_loop_grows_when_its_requests_run_out(server: FakeOpenAIServer) -> None:
+    answers = iter([3, 0])
+    calls = []
+
+    def more(records: list[RequestRecord], now: float) -> int:
+        calls.append(len(records))
+        return next(answers)
+
+    result = run_load(
+        LoadClient(server.base_url), file_requests(20), concurrency=4, base=10, more=more
+    )
+    assert [r.index for r in result.records] == list(range(13))
+    assert server.stats.n_requests == 13
+    assert calls == [10, 13]  # asked once per time they ran out, not once per idle slot
+    assert server.stats.max_in_flight <= 4
+
+
+@pytest.mark.timeout(60)
+def test_a_point_grows_until_the_early_stopping_rule_is_met() -> None:
+    """p90 TTFT <= 50 ms needs 44 requests with none over, 64 with one, 81 with two. Requests
+    5 and 45 are slow (300 ms): 44 sent, one over, so 20 more; 64 sent, two over, 17 more;
+    81 sent, two over: enough. The usual verdict on all 81 is not provisional."""
+    slos = parse_slos(["ttft@p90=50ms"])
+    items = [FileItem(prompt="a b c", max_tokens=2)] * 40
+    items[5] = FileItem(prompt="SLOW a b", max_tokens=2)
+    asked: list[int] = []
+
+    def more(records: list[RequestRecord], now: float) -> int:
+        asked.append(len(records))
+        return shortfall(records, slos, now)
+
+    with FakeOpenAIServer(ttft_ms=2, itl_ms=1, slow_ms=300) as srv:
+        result = run_load(
+            LoadClient(srv.base_url), file_requests(200, *items), rate_rps=20.0, seed=2,
+            base=44, more=more,
+        )  # fmt: skip
+    recs = result.records
+    assert asked == [44, 64, 81]
+    assert len(recs) == 81
+    assert sum(r.ttft_s > 0.05 for r in recs) == 2
+    verdict = judge(summarize(recs, slos), slos, max_error_rate=0.01)
+    assert verdict.holds and not verdict.provisional
+    assert verdict.checks[0].n_over == 2 and verdict.checks[0].n_needed == 81

@@ -1,0 +1,80 @@
+"""How many more requests a load point needs, from the requests sent so far.
+
+MLPerf's early-stopping rule (probes.slo.requests_needed) asks for more samples the more of
+them went over the limit: p99 needs 459 with none over, 662 with one, 838 with two. A
+full-size point sized for none over is left provisional by a single slow request (the README
+command's confirmation on a slow AMD EPYC: 505 requests at 4.21 req/s, p99 TTFT 1.37 s against
+2 s, one request over, so 662 needed: "holds, but provisionally", with two minutes of its budget
+unused). MLPerf runs until the rule is met; so does a point given room to grow: when its
+arrivals (or, closed loop, its requests) run out, ``shortfall`` counts the samples known to be
+over each latency SLO's limit so far and says how many more requests the rule asks for; the
+client sends that many more at the same load, continuing the same process (tuner/measure.py,
+probes/client.py), and the point is judged on all of them as usual.
+
+What is known when the arrivals run out, per latency metric (limits in ms, times in s):
+
+- TTFT, E2E: over, where the first (last) content chunk came after the limit, or has not come
+  yet and the limit has already passed since the request was due; a request still inside its
+  limit counts as not over (it may still go over: then the verdict on all of them says
+  provisional, as before);
+- TPOT, ITL: over, among the requests that have finished (their value is not known before).
+  ITL's samples are the pooled gaps between chunks (as in probes.metrics.judge): its count and
+  its over-limit count are gaps, and a request is worth the mean gaps of those finished.
+
+The decision to send more depends on what was seen, which a fixed-size test does not do; the
+extra requests only ever add evidence, and the verdict is the usual rule on every request
+sent, so a point that goes on collecting slow requests stays provisional or breaks.
+
+Pure logic over records and a clock reading: tested with made-up records.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from probes.records import RequestRecord
+from probes.slo import LatencySLO, SLOSet, requests_needed
+
+MS = 1000.0
+
+
+def known_over(rec: RequestRecord, slo: LatencySLO, now: float) -> int:
+    """How many of ``rec``'s samples of ``slo``'s metric are already known to be over its
+    limit at clock reading ``now`` (0 or 1; ITL: its gaps over the limit)."""
+    limit_s = slo.limit_ms / MS
+    if rec.error is not None:
+        return 0  # a failed request is an error, counted against the error rate
+    if slo.metric in ("ttft", "e2e"):
+        t = rec.t_first if slo.metric == "ttft" else rec.t_last
+        done = not math.isnan(t) if slo.metric == "ttft" else not math.isnan(rec.t_end)
+        if done:
+            return int(t - rec.t_sched > limit_s)
+        return int(now - rec.t_sched > limit_s)
+    if math.isnan(rec.t_end) or not rec.ok:
+        return 0  # not finished: its time per token or its gaps are not known yet
+    if slo.metric == "tpot":
+        tpot = rec.tpot_s
+        return int(tpot is not None and tpot > limit_s)
+    return sum(1 for g in rec.itl_s() if g > limit_s)
+
+
+def _per_request(records: Sequence[RequestRecord], slo: LatencySLO) -> float:
+    """Samples of ``slo``'s metric one request gives: 1, or for ITL the mean gaps of the
+    finished requests (1 where none has finished)."""
+    if slo.metric != "itl":
+        return 1.0
+    done = [len(r.itl_s()) for r in records if r.ok and not math.isnan(r.t_end)]
+    return max(1.0, sum(done) / len(done)) if done else 1.0
+
+
+def shortfall(records: Sequence[RequestRecord], slos: SLOSet, now: float) -> int:
+    """More requests the early-stopping rule asks for on every latency SLO, given the
+    ``records`` sent so far and what is known of them at ``now`` (0: enough)."""
+    need = 0
+    for slo in slos.latency:
+        over = sum(known_over(r, slo, now) for r in records)
+        per = _per_request(records, slo)
+        missing = requests_needed(slo.percentile, over) - per * len(records)
+        need = max(need, math.ceil(missing / per))
+    return need

@@ -1,0 +1,74 @@
+"""tuner.measure: a confirmation's point grows to what its requests over the limit need."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from probes.client import LoadClient
+from probes.metrics import judge
+from probes.slo import parse_slos
+from probes.workload import FileItem, FileWorkload
+from tests.fakes.openai_server import FakeOpenAIServer
+from tuner import stop
+from tuner.capacity import LoadAxis
+from tuner.measure import Measured, PointMeasurer
+
+SLOS = parse_slos(["ttft@p90=50ms"])  # 44 requests with none over, 64 with one, 81 with two
+MODEL = "fake-model"
+
+
+@pytest.fixture
+def server() -> Iterator[Any]:
+    with FakeOpenAIServer(ttft_ms=2, itl_ms=1, slow_ms=300) as srv:
+        yield SimpleNamespace(base_url=srv.base_url, served_model=MODEL)
+
+
+def measure(server: Any, room: int) -> Measured:
+    """44 requests at 20/s, requests 5 and 45 slow (300 ms to the first token)."""
+    items = [FileItem(prompt="a b c", max_tokens=2)] * 40
+    items[5] = FileItem(prompt="SLOW a b", max_tokens=2)
+    m = PointMeasurer(
+        client=LoadClient(server.base_url),
+        axis=LoadAxis("rate", minimum=0.1),
+        slos=SLOS,
+        max_error_rate=0.01,
+        workload=FileWorkload(path="inline.jsonl", items=tuple(items)),
+        tokenizer=None,
+        ignore_eos=False,
+        series=None,
+        seeds=itertools.count(1).__next__,
+    )
+    return m.measure(server, 20.0, 44, MODEL, room=room)
+
+
+@pytest.mark.timeout(60)
+def test_without_room_one_slow_request_leaves_the_point_provisional(server: Any) -> None:
+    m = measure(server, room=0)
+    assert len(m.records) == 44
+    assert m.metrics.over_limit == {"ttft@p90": 1}
+    assert judge(m.metrics, SLOS, 0.01).provisional  # 64 needed
+
+
+@pytest.mark.timeout(60)
+def test_with_room_the_point_grows_until_the_rule_is_met(server: Any) -> None:
+    m = measure(server, room=100)
+    assert len(m.records) == 81  # one over: 64; by then two over: 81
+    assert m.metrics.over_limit == {"ttft@p90": 2}
+    verdict = judge(m.metrics, SLOS, 0.01)
+    assert verdict.holds and not verdict.provisional
+
+
+@pytest.mark.timeout(60)
+def test_the_room_caps_the_growth(server: Any) -> None:
+    assert len(measure(server, room=10).records) == 54
+
+
+@pytest.mark.timeout(60)
+def test_a_first_ctrl_c_stops_the_growth(server: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(stop.STOP, "requested", True)
+    assert len(measure(server, room=100).records) == 44
