@@ -77,8 +77,11 @@ class TuneOptions(BaseModel):
     # latency rises so steeply near saturation that the latency headroom is ~1 % of load there
     # (tuner/confirm.py). On this project's 2-core machines, beside a 16 % CPU neighbour, vLLM's
     # own client held the claims made with 15 % in 4 of 4 checks (500 requests each, tightness
-    # 0.89), those made with 10 % in 5 of 6 (tightness 0.84-0.99): fresh starts of one
+    # 0.89), those made with 10 % in 9 of 10 (tightness 0.84-0.99): fresh starts of one
     # configuration differ by up to a third in time per token, and the claim must hold on each.
+    # The checks' 500 requests are short, too: a load vLLM's client held with 460 prompts broke
+    # with 1,000 (README, "A slow hour on the AMD EPYC"), so a check passed near that
+    # capacity says less than it seems.
     load_margin: float = Field(0.15, ge=0, lt=1)
     # A CPU neighbour during every warm-up and load point (probes/neighbour.py): the share of one
     # core another process on this machine takes, such as a benchmark client (vLLM's: 15-20 %).
