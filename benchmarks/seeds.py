@@ -134,6 +134,7 @@ def main() -> int:
                 prompts_per_load=0.0,
                 bisect_steps=1,
                 resolution=args.step / 2,
+                floor=x,  # a first step that breaks is bisected back towards the claim
             )
             spec = LaunchSpec(list(rec["launch_command"]), dict(rec.get("env") or {}))
             m = measure_config(

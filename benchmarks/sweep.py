@@ -262,6 +262,9 @@ class SweepOptions:
     start: float | None = None  # the first load; None: climb the ladder instead
     step: float = 1.2  # from ``start``: the factor between loads until the first bracket
     max_steps: int = 8  # from ``start``: the most points before a bracket
+    # Where the ladder's first load breaks, the bisection's lower end: a load held elsewhere
+    # (seeds.py: the claim, which its ladder steps up from); None: zero.
+    floor: float | None = None
 
     def prompts(self, x: float) -> int:
         return max(self.min_prompts, math.ceil(self.prompts_per_load * x))
@@ -376,7 +379,7 @@ def find_capacity(
             held = x
     for _ in range(opts.bisect_steps if broke is not None else 0):
         assert broke is not None
-        lo = held or 0.0
+        lo = held if held is not None else (opts.floor or 0.0)
         if held and broke / held - 1 <= opts.resolution:
             break
         mid = lm.rounded((lo + broke) / 2)

@@ -64,3 +64,22 @@ def test_concurrency_steps_by_at_least_one_client() -> None:
     found = find_capacity(measure, CONC, opts)
     assert found["held"] == 4 and found["broke"] == 5
     assert len(set(tried)) == len(tried)  # no load measured twice
+
+
+def test_a_first_step_that_breaks_is_bisected_towards_the_floor() -> None:
+    """seeds.py steps up from the claim (4.05 req/s): 4.86 broke with 1,000 prompts, and the
+    bisection went to 2.43, half-way to zero, instead of half-way back to the claim."""
+    tried, measure = server(4.6)
+    opts = SweepOptions(
+        ladder=[4.86], min_prompts=10, prompts_per_load=0, bisect_steps=1, floor=4.05
+    )
+    found = find_capacity(measure, RATE, opts)
+    assert tried == [4.86, RATE.rounded((4.05 + 4.86) / 2)]
+    assert found["held"] == RATE.rounded((4.05 + 4.86) / 2) and found["broke"] == 4.86
+    tried0, measure0 = server(4.6)
+    find_capacity(
+        measure0,
+        RATE,
+        SweepOptions(ladder=[4.86], min_prompts=10, prompts_per_load=0, bisect_steps=1),
+    )
+    assert tried0 == [4.86, RATE.rounded(4.86 / 2)]  # no floor: half-way to zero, as before
