@@ -9,7 +9,8 @@ unused). MLPerf runs until the rule is met; so does a point given room to grow: 
 arrivals (or, closed loop, its requests) run out, ``shortfall`` counts the samples known to be
 over each latency SLO's limit so far and says how many more requests the rule asks for; the
 client sends that many more at the same load, continuing the same process (tuner/measure.py,
-probes/client.py), and the point is judged on all of them as usual.
+probes/client.py), and the point is judged on all of them as usual. Only a point sized for a
+verdict with none over grows: one shorter than that on purpose stays as it was.
 
 What is known when the arrivals run out, per latency metric (limits in ms, times in s):
 
@@ -70,11 +71,17 @@ def _per_request(records: Sequence[RequestRecord], slo: LatencySLO) -> float:
 
 def shortfall(records: Sequence[RequestRecord], slos: SLOSet, now: float) -> int:
     """More requests the early-stopping rule asks for on every latency SLO, given the
-    ``records`` sent so far and what is known of them at ``now`` (0: enough)."""
+    ``records`` sent so far and what is known of them at ``now`` (0: enough).
+
+    Only over the limit: a point with fewer samples than the rule asks with none over (16
+    requests for a p99, a search point, a budget's cut) was sized short on purpose, and
+    growing it would not make its verdict more than provisional; it is not grown."""
     need = 0
     for slo in slos.latency:
-        over = sum(known_over(r, slo, now) for r in records)
         per = _per_request(records, slo)
-        missing = requests_needed(slo.percentile, over) - per * len(records)
-        need = max(need, math.ceil(missing / per))
+        have = per * len(records)
+        if have < requests_needed(slo.percentile, 0):
+            continue
+        over = sum(known_over(r, slo, now) for r in records)
+        need = max(need, math.ceil((requests_needed(slo.percentile, over) - have) / per))
     return need

@@ -58,9 +58,9 @@ def probe_cmd(
     grow: Annotated[
         bool,
         typer.Option(
-            help="with --slo: where requests over a limit leave the percentile's sample short "
-            "(p99: 459 with none over, 662 with one), send up to --requests more at the same "
-            "load, as many as it then needs"
+            help="with --slo and --requests at least what the percentile needs (p99: 459 with "
+            "none over, 662 with one): where requests over a limit leave the sample short, send "
+            "up to --requests more at the same load, as many as it then needs"
         ),
     ] = True,
     json_path: Annotated[Path | None, typer.Option("--json", help="write the result here")] = None,
