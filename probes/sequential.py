@@ -60,13 +60,19 @@ def known_over(rec: RequestRecord, slo: LatencySLO, now: float) -> int:
     return sum(1 for g in rec.itl_s() if g > limit_s)
 
 
-def _per_request(records: Sequence[RequestRecord], slo: LatencySLO) -> float:
-    """Samples of ``slo``'s metric one request gives: 1, or for ITL the mean gaps of the
-    finished requests (1 where none has finished)."""
+def _samples(records: Sequence[RequestRecord], slo: LatencySLO) -> tuple[float, float]:
+    """The samples of ``slo``'s metric the records will give as probes.metrics.judge counts
+    them (failed requests give none; TPOT none from a finished one-token answer), counting the
+    requests still running as giving what the finished ones gave; and the samples one more
+    request gives: 1, or for ITL the mean gaps of the finished requests (1 where none has)."""
+    live = [r for r in records if r.error is None]
+    done = [r for r in live if r.ok and not math.isnan(r.t_end)]
+    if slo.metric == "tpot":
+        live = [r for r in live if not (r.ok and not math.isnan(r.t_end)) or r.n_out > 1]
     if slo.metric != "itl":
-        return 1.0
-    done = [len(r.itl_s()) for r in records if r.ok and not math.isnan(r.t_end)]
-    return max(1.0, sum(done) / len(done)) if done else 1.0
+        return float(len(live)), 1.0
+    per = max(1.0, sum(len(r.itl_s()) for r in done) / len(done)) if done else 1.0
+    return per * len(live), per
 
 
 def shortfall(records: Sequence[RequestRecord], slos: SLOSet, now: float) -> int:
@@ -78,8 +84,7 @@ def shortfall(records: Sequence[RequestRecord], slos: SLOSet, now: float) -> int
     growing it would not make its verdict more than provisional; it is not grown."""
     need = 0
     for slo in slos.latency:
-        per = _per_request(records, slo)
-        have = per * len(records)
+        have, per = _samples(records, slo)
         if have < requests_needed(slo.percentile, 0):
             continue
         over = sum(known_over(r, slo, now) for r in records)

@@ -535,10 +535,10 @@ def test_closed_loop_grows_when_its_requests_run_out(server: FakeOpenAIServer) -
 
 @pytest.mark.timeout(60)
 def test_a_point_grows_until_the_early_stopping_rule_is_met() -> None:
-    """p90 TTFT <= 50 ms needs 44 requests with none over, 64 with one, 81 with two. Requests
-    5 and 45 are slow (300 ms): 44 sent, one over, so 20 more; 64 sent, two over, 17 more;
+    """p90 TTFT <= 150 ms needs 44 requests with none over, 64 with one, 81 with two. Requests
+    5 and 45 are slow (600 ms): 44 sent, one over, so 20 more; 64 sent, two over, 17 more;
     81 sent, two over: enough. The usual verdict on all 81 is not provisional."""
-    slos = parse_slos(["ttft@p90=50ms"])
+    slos = parse_slos(["ttft@p90=150ms"])
     items = [FileItem(prompt="a b c", max_tokens=2)] * 40
     items[5] = FileItem(prompt="SLOW a b", max_tokens=2)
     asked: list[int] = []
@@ -547,7 +547,7 @@ def test_a_point_grows_until_the_early_stopping_rule_is_met() -> None:
         asked.append(len(records))
         return shortfall(records, slos, now)
 
-    with FakeOpenAIServer(ttft_ms=2, itl_ms=1, slow_ms=300) as srv:
+    with FakeOpenAIServer(ttft_ms=2, itl_ms=1, slow_ms=600) as srv:
         result = run_load(
             LoadClient(srv.base_url), file_requests(200, *items), rate_rps=20.0, seed=2,
             base=44, more=more,
@@ -555,7 +555,7 @@ def test_a_point_grows_until_the_early_stopping_rule_is_met() -> None:
     recs = result.records
     assert asked == [44, 64, 81]
     assert len(recs) == 81
-    assert sum(r.ttft_s > 0.05 for r in recs) == 2
+    assert sum(r.ttft_s > 0.15 for r in recs) == 2
     verdict = judge(summarize(recs, slos), slos, max_error_rate=0.01)
     assert verdict.holds and not verdict.provisional
     assert verdict.checks[0].n_over == 2 and verdict.checks[0].n_needed == 81

@@ -118,3 +118,21 @@ def test_once_grown_by_the_shortfall_none_is_left(n_over: int) -> None:
     recs += [rec(n + i) for i in range(more)]
     assert shortfall(recs, TTFT, now=1000.0) == 0
     assert len(recs) == max(n, requests_needed(99, n_over))
+
+
+def test_failed_requests_give_no_samples() -> None:
+    """505 sent, 2 failed (HTTP 500s, within the error limit), one over: the verdict counts
+    503 TTFT samples against the 662 it needs, so 159 more, not 157."""
+    recs = [rec(i, ttft=2.4 if i == 200 else 0.5) for i in range(505)]
+    for r in recs[10:12]:
+        r.t_first = r.t_last = math.nan
+        r.error = "HTTP 500: boom"
+    assert shortfall(recs, TTFT, now=1000.0) == requests_needed(99, 1) - 503
+
+
+def test_one_token_answers_give_no_time_per_token() -> None:
+    slos = parse_slos(["tpot@p99=50ms"])
+    recs = [rec(i, ttft=0.5, e2e=0.5 + 63 * 0.08 if i == 0 else 2.0) for i in range(480)]
+    for r in recs[1:21]:  # 20 answers of one token: no TPOT
+        r.n_out, r.chunk_times, r.t_last = 1, [r.t_first], r.t_first
+    assert shortfall(recs, slos, now=1000.0) == requests_needed(99, 1) - 460
