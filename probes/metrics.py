@@ -127,7 +127,9 @@ def _samples_s(
     return itls
 
 
-def _meets(rec: RequestRecord, slo: LatencySLO) -> bool:
+def meets(rec: RequestRecord, slo: LatencySLO) -> bool:
+    """Whether one completed request meets a latency SLO (goodput's test; ITL: the request's
+    own percentile of its gaps)."""
     limit_s = slo.limit_ms / MS
     if slo.metric == "ttft":
         return rec.ttft_s <= limit_s
@@ -179,7 +181,7 @@ def summarize(
         slo_key(s): sum(1 for x in _samples_s(s, ok, tpots, itls) if x > s.limit_ms / MS)
         for s in latency
     }
-    good = [r for r in ok if all(_meets(r, s) for s in latency)]
+    good = [r for r in ok if all(meets(r, s) for s in latency)]
     sources = {r.n_out_from_usage for r in ok}
     n_out_source = "usage" if sources == {True} else "chunks" if sources == {False} else "mixed"
     mism = sum(

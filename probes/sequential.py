@@ -34,30 +34,25 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from probes.metrics import MS, meets
 from probes.records import RequestRecord
 from probes.slo import LatencySLO, SLOSet, requests_needed
-
-MS = 1000.0
 
 
 def known_over(rec: RequestRecord, slo: LatencySLO, now: float) -> int:
     """How many of ``rec``'s samples of ``slo``'s metric are already known to be over its
     limit at clock reading ``now`` (0 or 1; ITL: its gaps over the limit)."""
-    limit_s = slo.limit_ms / MS
     if rec.error is not None:
         return 0  # a failed request is an error, counted against the error rate
-    if slo.metric in ("ttft", "e2e"):
-        t = rec.t_first if slo.metric == "ttft" else rec.t_last
-        done = not math.isnan(t) if slo.metric == "ttft" else not math.isnan(rec.t_end)
-        if done:
-            return int(t - rec.t_sched > limit_s)
-        return int(now - rec.t_sched > limit_s)
-    if math.isnan(rec.t_end) or not rec.ok:
-        return 0  # not finished: its time per token or its gaps are not known yet
-    if slo.metric == "tpot":
-        tpot = rec.tpot_s
-        return int(tpot is not None and tpot > limit_s)
-    return sum(1 for g in rec.itl_s() if g > limit_s)
+    known = not math.isnan(rec.t_first if slo.metric == "ttft" else rec.t_end)
+    if not known:
+        # TTFT and E2E are over once the limit has passed without them; TPOT and ITL are
+        # not known before the request has finished.
+        waiting = slo.metric in ("ttft", "e2e") and now - rec.t_sched > slo.limit_ms / MS
+        return int(waiting)
+    if slo.metric == "itl":  # pooled gaps, as summarize counts over_limit
+        return sum(1 for g in rec.itl_s() if g > slo.limit_ms / MS)
+    return int(not meets(rec, slo))
 
 
 def _samples(records: Sequence[RequestRecord], slo: LatencySLO) -> tuple[float, float]:

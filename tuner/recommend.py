@@ -73,11 +73,14 @@ def confirm_on(
         left = st.budget.left(10.0 + reserve)
         return sizing.n_confirm_fit(st, x, rps, left if math.isfinite(left) else None)
 
-    def try_s(x: float) -> float:
+    def per_s(x: float) -> float:
+        """Requests a second at load ``x``: its rate, or the measured rate (closed loop)."""
+        return max(x if axis.kind == "rate" else rps, 1e-3)
+
+    def try_s(x: float, n: int | None = None) -> float:
         """About how long one try takes: its arrivals (or its requests at the measured rate),
         then the last ones' lifetime."""
-        per_s = x if axis.kind == "rate" else rps
-        return n_for(x) / max(per_s, 1e-3) + e2e_s
+        return (n_for(x) if n is None else n) / per_s(x) + e2e_s
 
     def room_for(x: float, n: int) -> int:
         """How many more requests a try may grow by where requests over a limit leave its
@@ -85,9 +88,8 @@ def confirm_on(
         more, and only what the time left holds after its own ``n``."""
         if not budgeted:
             return n
-        per_s = max(x if axis.kind == "rate" else rps, 1e-3)
-        spare_s = st.budget.left(10.0 + reserve) - (n / per_s + e2e_s)
-        return max(0, min(n, math.floor(spare_s * per_s)))
+        spare_s = st.budget.left(10.0 + reserve) - try_s(x, n)
+        return max(0, min(n, math.floor(spare_s * per_s(x))))
 
     if budgeted and baseline and not st.budget.fits(try_s(first), reserve):
         st.say(
