@@ -35,7 +35,7 @@ from typing import Any
 
 sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]
 
-from sweep import ROOT, VLLMClient, measure_config, model_of, sweep_options  # noqa: E402
+from sweep import ROOT, SweepOptions, VLLMClient, measure_config, model_of  # noqa: E402
 
 from probes.client import LoadClient, run_load  # noqa: E402
 from probes.metrics import summarize  # noqa: E402
@@ -109,9 +109,9 @@ def main() -> int:
     spec = LaunchSpec(list(rec["launch_command"]), dict(rec.get("env") or {}))
     print(f"report {args.report}; rate {x:g} req/s; {args.prompts} prompts per run")
     measure_config(
-        "recommended", spec, out, client, lm, sweep_options(lm, argparse.Namespace(
-            ladder=None, min_prompts=None, prompts_per_load=None, bisect_steps=0, resolution=0.05
-        )), then=then, sweep=False,
+        "recommended", spec, out, client, lm,
+        SweepOptions(list(lm.ladder), lm.min_prompts, lm.prompts_per_load, bisect_steps=0),
+        then=then, sweep=False,
     )  # fmt: skip
     print("\nmedians per client:")
     summary: Result = {}

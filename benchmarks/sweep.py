@@ -50,6 +50,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+import sample_rule  # noqa: E402
+
 from tuner.engines.base import EngineStartError, LaunchSpec, ServerProcess, free_port  # noqa: E402
 from tuner.engines.vllm import VLLMEngine  # noqa: E402
 
@@ -190,7 +192,8 @@ class VLLMClient:
         cmd += ["--random-range-ratio", f"{self.spread:g}", "--num-prompts", str(n)]
         cmd += ["--seed", str(seed), "--percentile-metrics", "ttft,tpot,itl,e2el"]
         cmd += ["--metric-percentiles", ",".join(map(str, self.pcts)), "--disable-tqdm"]
-        cmd += ["--save-result", "--result-dir", str(d), "--result-filename", f"{name}.json"]
+        cmd += ["--save-result", "--save-detailed", "--result-dir", str(d)]
+        cmd += ["--result-filename", f"{name}.json"]
         cmd += [lm.flag, lm.show(x)]
         d.mkdir(parents=True, exist_ok=True)
         # The server is not reaped while the client runs, so the change in the children's
@@ -206,6 +209,7 @@ class VLLMClient:
         with contextlib.suppress(OSError, ValueError):
             raw = json.loads((d / f"{name}.json").read_text())
             res = {k: v for k, v in raw.items() if not isinstance(v, list)}
+            res["samples"] = sample_rule.count(raw, self.slos)  # per SLO: n, over, needed
         res.update(seed=seed, rc=rc, wall_s=wall, client_cpu_s=cpu, client_cpu_pct=100 * cpu / wall)
         if rc != 0 or "output_throughput" not in res:
             why = "timed out" if rc is None else f"exit code {rc}"
@@ -265,6 +269,14 @@ class SweepOptions:
     # Where the ladder's first load breaks, the bisection's lower end: a load held elsewhere
     # (seeds.py: the claim, which its ladder steps up from); None: zero.
     floor: float | None = None
+    # MLPerf's sample-size rule with the over-limit count (benchmarks/sample_rule.py): a point
+    # whose percentiles held on too few samples for its count over the limit is measured again
+    # with as many prompts as the rule asks for (fresh calls, at most ``max_prompts`` each,
+    # ``max_calls`` in all); one that stays provisional has not held. False: vLLM's
+    # percentiles alone decide, as before 2026-12-04.
+    sample_rule: bool = True
+    max_prompts: int = 1200
+    max_calls: int = 3
 
     def prompts(self, x: float) -> int:
         return max(self.min_prompts, math.ceil(self.prompts_per_load * x))
@@ -330,9 +342,29 @@ def add_sweep_args(p: argparse.ArgumentParser, load_default: str | None) -> None
         " first bracket (grid.py: later configs start at the previous one's capacity)",
     )
     add("--step", type=_above_one, default=1.2, help="with --start: the factor between loads (1.2)")
+    add_rule_args(p)
     add("--warmup-prompts", type=int, default=32, help="thrown away after each start (32; 0 off)")
     add("--client-timeout", type=float, default=1800.0, help="seconds per client call (1800)")
     add("--startup-timeout", type=float, default=400.0, help="seconds a start may take (400)")
+
+
+def add_rule_args(p: argparse.ArgumentParser) -> None:
+    """``--sample-rule``/``--no-sample-rule`` and ``--max-prompts`` (SweepOptions')."""
+    p.add_argument(
+        "--sample-rule",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="a point holds only with the samples MLPerf's rule asks for given its count over"
+        " the limit (p99: 459 with none over, 662 with one); a provisional one is measured"
+        " again with that many prompts (default on; off: vLLM's percentiles alone)",
+    )
+    p.add_argument(
+        "--max-prompts",
+        type=int,
+        default=1200,
+        help="the most prompts of a point measured again for the rule (1200: enough for p99"
+        " with 4 over the limit)",
+    )
 
 
 def sweep_options(lm: LoadModel, args: argparse.Namespace) -> SweepOptions:
@@ -350,6 +382,8 @@ def sweep_options(lm: LoadModel, args: argparse.Namespace) -> SweepOptions:
         resolution=args.resolution,
         start=lm.rounded(args.start) if args.start else None,
         step=args.step,
+        sample_rule=args.sample_rule,
+        max_prompts=args.max_prompts,
     )
 
 
@@ -436,12 +470,33 @@ def capacity(
     def measure(x: float, phase: str) -> tuple[bool, Result]:
         n = opts.prompts(x)
         name = f"{lm.name}-{lm.show(x).replace('.', 'p')}"
-        res = client.run(url, model, lm.load(x), n, d, name)
-        broken = client.verdict(res)
+        calls: list[Result] = []
+        first_held: bool | None = None
+        while True:
+            res = client.run(url, model, lm.load(x), n, d, name if not calls else f"{name}-n{n}")
+            calls.append(res)
+            broken = client.verdict(res)
+            first_held = not broken if first_held is None else first_held
+            counts = res.get("samples") or {}
+            why = sample_rule.provisional(counts) if opts.sample_rule and not broken else []
+            more = sample_rule.prompts_for(counts, n, opts.max_prompts) if why else None
+            last = not why or more is None or len(calls) >= opts.max_calls
+            if why and last:  # still provisional: not shown to hold
+                limit = f"{opts.max_prompts} prompts" if more is None else f"{len(calls)} calls"
+                broken = [*why, f"not measured again: the rule would need more than {limit}"]
+            shown = f"held ({sample_rule.describe(counts)})" if counts else "held"
+            show_point(phase, lm.show(x), res, broken or why, verdict=shown)
+            if last:
+                break
+            assert more is not None
+            print(f"  {'':>7} {'':>6} measured again with {more} prompts (MLPerf's rule)")
+            n, phase = more, "again"
         results[x] = res
-        show_point(phase, lm.show(x), res, broken)
         point = {"load": lm.load(x), "phase": phase, "prompts": n, "held": not broken}
-        return not broken, {**point, "broken": broken, "result": res}
+        point["percentile_held"] = first_held  # vLLM's percentiles on its first call alone
+        keys = ("completed", "output_throughput", "p99_ttft_ms", "samples")
+        earlier = [{k: c.get(k) for k in keys} for c in calls]
+        return not broken, {**point, "broken": broken, "result": res, "calls": earlier}
 
     found = find_capacity(measure, lm, opts)
     top, broke = found["capacity"], found["broke"]
@@ -452,7 +507,16 @@ def capacity(
         score_tokens_per_s=at.get("output_throughput") if at else None,
         score_requests_per_s=at.get("request_throughput") if at else None,
         bracket_pct=100 * (broke / top - 1) if top and broke else None,
+        # Without the sample-size rule: the highest load whose first call's percentiles held
+        # (a lower bound of that search's capacity where the rule stopped this one lower).
+        percentile_only=None,
+        percentile_only_tokens_per_s=None,
     )
+    lenient = [p for p in found["points"] if p.get("percentile_held")]
+    if lenient:
+        top_p = max(lenient, key=lambda p: model_of(p["load"])[1])
+        found["percentile_only"] = model_of(top_p["load"])[1]
+        found["percentile_only_tokens_per_s"] = top_p["calls"][0].get("output_throughput")
     return found
 
 
@@ -466,9 +530,16 @@ def describe_capacity(lm: LoadModel, cap: Result | None) -> str:
         if broke is not None
         else "the whole ladder held: a lower bound"
     )
+    alone = cap.get("percentile_only")
+    besides = (
+        f"; by vLLM's percentile alone {fmt(cap.get('percentile_only_tokens_per_s'), '.1f')}"
+        f" tok/s at {lm.show(alone)}"
+        if alone is not None and alone != cap["capacity"]
+        else ""
+    )
     return (
         f"{fmt(cap['score_tokens_per_s'], '.1f')} tok/s at {lm.show(cap['capacity'])}"
-        f" {lm.unit} ({edge})"
+        f" {lm.unit} ({edge}{besides})"
     )
 
 

@@ -61,6 +61,7 @@ from typing import Any
 # benchmarks/ is not a package: its folder (for sweep) and the repository root (for tuner).
 sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]
 
+import sample_rule  # noqa: E402
 from sweep import (  # noqa: E402
     LOAD_MODELS,
     ROOT,
@@ -99,15 +100,21 @@ def claim_check(
         ratio = measured / claimed if measured is not None and claimed > 0 else None
         tput_ok = ratio is not None and abs(ratio - 1) <= args.tolerance
         diff = None if ratio is None else 100 * (ratio - 1)
+        # The pass is vLLM's percentiles on --claim-prompts prompts (the issue's check); the
+        # sample-size rule's view of the same run is shown beside it, not counted.
+        counts = res.get("samples") or {}
+        rule = "; ".join(sample_rule.provisional(counts)) or "not provisional"
         print(
             f"  claim at {lm.show(x)} {lm.unit}: {fmt(measured, '.1f')} tok/s measured vs"
             f" {claimed:.1f} claimed ({fmt(diff, '+.1f')} %): {'PASS' if tput_ok else 'FAIL'};"
             f" SLOs {'held' if not broken else 'broken: ' + '; '.join(broken)}"
+            + (f"; MLPerf's rule: {rule} ({sample_rule.describe(counts)})" if counts else "")
         )
         return {
             "load": rec["load"], "claimed_tokens_per_s": claimed, "measured_tokens_per_s": measured,
             "ratio": ratio, "diff_pct": diff, "throughput_pass": tput_ok, "slo_pass": not broken,
             "slo_broken": broken, "pass": tput_ok and not broken, "tolerance": args.tolerance,
+            "sample_rule_provisional": sample_rule.provisional(counts),
             "result": res,
         }  # fmt: skip
 
