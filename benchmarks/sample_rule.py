@@ -34,10 +34,12 @@ def slo_name(slo: Result) -> str:
 
 def _samples_s(raw: Result, metric: str) -> tuple[list[float], int]:
     """The samples (s) of ``metric`` in vLLM's detailed result, and the requests they came
-    from (successful ones; for TPOT those with two tokens or more)."""
-    errors = raw.get("errors") or [""] * len(raw.get("ttfts") or [])
-    ok = [i for i, e in enumerate(errors) if not e]
+    from: successful ones (no error text and a first token: vLLM's success flag is not saved,
+    and a failed request keeps its place in the lists with TTFT 0 and no tokens); for TPOT
+    those with two tokens or more."""
     ttfts, lat = raw.get("ttfts") or [], raw.get("latencies") or []
+    errors = raw.get("errors") or [""] * len(ttfts)
+    ok = [i for i, (e, t) in enumerate(zip(errors, ttfts, strict=False)) if not e and t > 0]
     if metric == "ttft":
         return [float(ttfts[i]) for i in ok], len(ok)
     if metric == "e2e":
@@ -50,6 +52,10 @@ def _samples_s(raw: Result, metric: str) -> tuple[list[float], int]:
     return [float(g) for i in ok for g in itls[i]], len(ok)
 
 
+def _needed(key: str, over: int) -> int:
+    return requests_needed(int(key.rsplit("@p", 1)[1]), over)
+
+
 def count(raw: Result, slos: list[Result]) -> dict[str, Result]:
     """Per SLO (``ttft@p99``): ``n`` samples, ``over`` the limit, ``requests`` they came from,
     and ``needed``, the samples the rule asks for with that many over. Empty where vLLM's
@@ -60,8 +66,23 @@ def count(raw: Result, slos: list[Result]) -> dict[str, Result]:
     for s in slos:
         samples, requests = _samples_s(raw, s["metric"])
         over = sum(1 for x in samples if x > float(s["limit_ms"]) / 1000.0)
-        need = requests_needed(int(s["percentile"]), over)
-        out[slo_name(s)] = {"n": len(samples), "over": over, "requests": requests, "needed": need}
+        key = slo_name(s)
+        out[key] = {"n": len(samples), "over": over, "requests": requests}
+        out[key]["needed"] = _needed(key, over)
+    return out
+
+
+def pool(calls: list[dict[str, Result]]) -> dict[str, Result]:
+    """The counts of several calls at one load taken together (the rule on all their samples:
+    a point measured again keeps the requests that went over the limit before)."""
+    out: dict[str, Result] = {}
+    for counts in calls:
+        for k, c in counts.items():
+            acc = out.setdefault(k, {"n": 0, "over": 0, "requests": 0})
+            for f in ("n", "over", "requests"):
+                acc[f] += c[f]
+    for k, c in out.items():
+        c["needed"] = _needed(k, c["over"])
     return out
 
 
@@ -74,34 +95,40 @@ def provisional(counts: dict[str, Result]) -> list[str]:
     ]
 
 
-def prompts_for(counts: dict[str, Result], prompts: int, max_prompts: int) -> int | None:
-    """Prompts a fresh call at the same load needs for a verdict that is not provisional, if
-    its requests go over the limit as often as these did, at most ``max_prompts`` (0: these
-    already suffice; None: even the rule's count for the over-limit samples seen here is more
-    than ``max_prompts``, or there are no samples to size it from).
+def prompts_for(counts: dict[str, Result], sent: int, least: int, max_prompts: int) -> int | None:
+    """Prompts of a fresh call at the same load that would, with the ``sent`` prompts whose
+    samples ``counts`` pools, give a verdict that is not provisional, if its requests go over
+    the limit as often as these did: at least ``least`` (a point's own size: a short call
+    would start from an empty server again), at most ``max_prompts`` (0: these suffice; None:
+    even the rule's count for the samples over the limit seen so far lies beyond
+    ``max_prompts`` more, or there are no samples to size it from).
 
-    With ``k`` of ``n`` samples over, a call of m samples expects ``k m / n`` over, so m must
-    be at least ``requests_needed(p, ceil(k m / n))``: the smallest such m is found by
-    iterating from ``requests_needed(p, k)``. Near a 1 % share over for a p99 none exists (the
-    rule cannot be met at that share): the call is then ``max_prompts``, which holds if its
-    own count over turns out lower."""
+    With ``k`` of ``n`` samples over, m samples in all expect ``k m / n`` over, so m must be at
+    least ``requests_needed(p, ceil(k m / n))``: the smallest such m is found by iterating
+    from ``requests_needed(p, k)``. Near a 1 % share over for a p99 none exists (the rule
+    cannot be met at that share): the call is then ``max_prompts``, which holds if its own
+    share over turns out lower. Sizes are in prompts sent: samples per prompt (ITL gaps, or
+    fewer than one where requests failed) as in these calls."""
     most = 0
     for k, c in counts.items():
         if c["n"] >= c["needed"]:
             continue
-        if c["n"] == 0 or c["requests"] == 0:
+        if c["n"] == 0 or sent == 0:
             return None
-        pct = int(k.rsplit("@p", 1)[1])
-        share, per = c["over"] / c["n"], c["n"] / c["requests"]  # per: ITL gaps per request
-        if math.ceil(c["needed"] / per) > max_prompts:
+        share, per = c["over"] / c["n"], c["n"] / sent  # per: samples per prompt sent
+
+        def more(samples: int, c: Result = c, per: float = per) -> int:
+            return max(0, math.ceil((samples - c["n"]) / per))
+
+        if more(c["needed"]) > max_prompts:
             return None
         m = c["needed"]
-        while math.ceil(m / per) < max_prompts:
-            nxt = requests_needed(pct, math.ceil(share * m))
+        while more(m) < max_prompts:
+            nxt = _needed(k, math.ceil(share * m))
             if nxt <= m:
                 break
             m = nxt
-        most = max(most, prompts, min(max_prompts, math.ceil(m / per)))
+        most = max(most, least, min(max_prompts, more(m)))
     return most
 
 

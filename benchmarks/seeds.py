@@ -63,15 +63,18 @@ def ladder_from(x: float, step: float, n: int) -> list[float]:
     return [round(x * (1 + step * k), 2) for k in range(1, n + 1)]
 
 
-def capacity_tok_s(m: Result, claimed_load: float) -> float | None:
+def capacity_tok_s(m: Result, claimed_load: float, rule: bool = True) -> float | None:
     """vLLM's tokens/s at the highest load that held: the sweep's, or the claim's. None where
     neither the claim nor any step above it held: the steps only go up from the claim, so the
-    one bisection below it (half-way to zero) says nothing of where the capacity lies."""
+    one bisection below it (half-way to zero) says nothing of where the capacity lies. With
+    the sample-size ``rule``, the claim check counts as held only where it is not provisional
+    under it too (its pass, vLLM's percentile on --claim-prompts, is the issue's check)."""
     cap = m.get("capacity") or {}
     claim = m.get("then") or {}
     held_load = cap.get("capacity")
     below = held_load is None or held_load < claimed_load  # no step above the claim held
-    if below and claim.get("slo_pass") and claim.get("measured_tokens_per_s") is not None:
+    claim_held = claim.get("slo_pass") and not (rule and claim.get("sample_rule_provisional"))
+    if below and claim_held and claim.get("measured_tokens_per_s") is not None:
         return float(claim["measured_tokens_per_s"])  # the claim is the edge
     return None if below else cap.get("score_tokens_per_s")
 
@@ -150,7 +153,7 @@ def main() -> int:
             )  # fmt: skip
             m["claimed_load"] = x
             m["claimed_tokens_per_s"] = float(rec["metrics"]["output_tokens_per_s"])
-            m["vllm_capacity_tokens_per_s"] = capacity_tok_s(m, x)
+            m["vllm_capacity_tokens_per_s"] = capacity_tok_s(m, x, args.sample_rule)
             m["percentile_only_tokens_per_s"] = (m.get("capacity") or {}).get(
                 "percentile_only_tokens_per_s"
             )

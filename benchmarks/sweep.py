@@ -471,32 +471,39 @@ def capacity(
         n = opts.prompts(x)
         name = f"{lm.name}-{lm.show(x).replace('.', 'p')}"
         calls: list[Result] = []
-        first_held: bool | None = None
         while True:
-            res = client.run(url, model, lm.load(x), n, d, name if not calls else f"{name}-n{n}")
+            tag = f"-again{len(calls)}" if calls else ""
+            res = client.run(url, model, lm.load(x), n, d, name + tag)
             calls.append(res)
-            broken = client.verdict(res)
-            first_held = not broken if first_held is None else first_held
-            counts = res.get("samples") or {}
+            broken = client.verdict(res)  # vLLM's percentiles, call by call
+            # The rule on every sample at this load so far: one measured again keeps the
+            # requests that went over the limit before.
+            counts = sample_rule.pool([c.get("samples") or {} for c in calls])
             why = sample_rule.provisional(counts) if opts.sample_rule and not broken else []
-            more = sample_rule.prompts_for(counts, n, opts.max_prompts) if why else None
-            last = not why or more is None or len(calls) >= opts.max_calls
+            sent = sum(c.get("completed", 0) + c.get("failed", 0) for c in calls)
+            more = sample_rule.prompts_for(counts, sent, n, opts.max_prompts) if why else None
+            last = not why or not more or len(calls) >= opts.max_calls
             if why and last:  # still provisional: not shown to hold
-                limit = f"{opts.max_prompts} prompts" if more is None else f"{len(calls)} calls"
-                broken = [*why, f"not measured again: the rule would need more than {limit}"]
+                if more:
+                    stop = f"{len(calls)} calls made"
+                elif all(c["n"] for c in counts.values()):
+                    stop = f"the rule needs more than {opts.max_prompts} prompts more"
+                else:
+                    stop = "no samples to size a call from"
+                broken = [*why, f"not measured again: {stop}"]
             shown = f"held ({sample_rule.describe(counts)})" if counts else "held"
-            show_point(phase, lm.show(x), res, broken or why, verdict=shown)
+            label = phase if len(calls) == 1 else "again"
+            show_point(label, lm.show(x), res, broken or why, verdict=shown)
             if last:
                 break
-            assert more is not None
             print(f"  {'':>7} {'':>6} measured again with {more} prompts (MLPerf's rule)")
-            n, phase = more, "again"
-        results[x] = res
+            n = more
+        results[x] = res  # the score: the last call, the longest window
         point = {"load": lm.load(x), "phase": phase, "prompts": n, "held": not broken}
-        point["percentile_held"] = first_held  # vLLM's percentiles on its first call alone
-        keys = ("completed", "output_throughput", "p99_ttft_ms", "samples")
-        earlier = [{k: c.get(k) for k in keys} for c in calls]
-        return not broken, {**point, "broken": broken, "result": res, "calls": earlier}
+        point["percentile_held"] = not client.verdict(calls[0])  # its first call, alone
+        keys = ("completed", "failed", "output_throughput", "p99_ttft_ms", "samples")
+        point["calls"] = [{k: c.get(k) for k in keys} for c in calls]
+        return not broken, {**point, "broken": broken, "result": res}
 
     found = find_capacity(measure, lm, opts)
     top, broke = found["capacity"], found["broke"]
