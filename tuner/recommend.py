@@ -86,10 +86,8 @@ def confirm_on(
         """How many more requests a try may grow by where requests over a limit leave its
         sample short of what the percentile then needs (probes/sequential.py): at most ``n``
         more, and only what the time left holds after its own ``n``."""
-        if not budgeted:
-            return n
-        spare_s = st.budget.left(10.0 + reserve) - try_s(x, n)
-        return max(0, min(n, math.floor(spare_s * per_s(x))))
+        spare_s = st.budget.left(10.0 + reserve) - try_s(x, n) if budgeted else None
+        return sizing.growth_room(n, spare_s, per_s(x))
 
     if budgeted and baseline and not st.budget.fits(try_s(first), reserve):
         st.say(

@@ -83,6 +83,16 @@ def n_confirm_fit(st: RunState, c: float, rps: float, left_s: float | None = Non
     return max(floor, 20, min(n, math.floor(max(rps, 1e-3) * cap_s)))
 
 
+def growth_room(n: int, spare_s: float | None, per_s: float) -> int:
+    """How many more requests a confirmation try of ``n`` may grow by where requests over a
+    limit leave its sample short of what the percentile then needs (probes/sequential.py): at
+    most ``n`` more, and only what ``spare_s`` (the time left after the try's own ``n``; None:
+    no time budget) holds at ``per_s`` requests a second."""
+    if spare_s is None:
+        return n
+    return max(0, min(n, math.floor(spare_s * per_s)))
+
+
 def trial_estimate_s(st: RunState) -> float:
     """The mean wall time of the configurations measured so far (the probe, which only the
     baseline runs, left out). A trial that runs into the budget stops measuring early

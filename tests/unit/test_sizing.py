@@ -319,3 +319,12 @@ def test_the_baseline_search_keeps_back_the_first_trials_gate(tmp_path: Path) ->
     st.opts.trials = 0
     clock.t = BUDGET_S - base.points[-1].metrics.duration_s - 1.0  # room for one more point
     assert sizing.points_time_left(st, base) is None
+
+
+def test_a_confirmation_try_grows_by_what_the_time_left_holds_and_at_most_its_size() -> None:
+    """Seed 91's try: 505 requests at 4.21 req/s with 120 s spare could grow by the 157 that
+    one request over 2 s asked for; 40 s spare holds 168 more; none past the budget."""
+    assert sizing.growth_room(505, None, 4.21) == 505  # no budget: up to the try's own size
+    assert sizing.growth_room(505, 40.0, 4.21) == math.floor(40.0 * 4.21)
+    assert sizing.growth_room(505, 1e6, 4.21) == 505
+    assert sizing.growth_room(505, -3.0, 4.21) == 0
