@@ -81,7 +81,9 @@ class TuneOptions(BaseModel):
     # configuration differ by up to a third in time per token, and the claim must hold on each.
     # The checks' 500 requests are short, too: a load vLLM's client held with 460 prompts broke
     # with 1,000 (README, "A slow hour on the AMD EPYC"), so a check passed near that
-    # capacity says less than it seems.
+    # capacity says less than it seems. Against vLLM's client with 1,200-prompt points the
+    # fitted capacity lay inside its bracket (README, "The tuner's fit against vLLM's client
+    # with longer points"): the claim's tightness is then 1 - load_margin.
     load_margin: float = Field(0.15, ge=0, lt=1)
     # A CPU neighbour during every warm-up and load point (probes/neighbour.py): the share of one
     # core another process on this machine takes, such as a benchmark client (vLLM's: 15-20 %).
