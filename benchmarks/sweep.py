@@ -471,11 +471,14 @@ def capacity(
         n = opts.prompts(x)
         name = f"{lm.name}-{lm.show(x).replace('.', 'p')}"
         calls: list[Result] = []
+        first_held = False  # vLLM's percentiles on the first call alone
         while True:
             tag = f"-again{len(calls)}" if calls else ""
             res = client.run(url, model, lm.load(x), n, d, name + tag)
             calls.append(res)
             broken = client.verdict(res)  # vLLM's percentiles, call by call
+            if len(calls) == 1:
+                first_held = not broken
             # The rule on every sample at this load so far: one measured again keeps the
             # requests that went over the limit before.
             counts = sample_rule.pool([c.get("samples") or {} for c in calls])
@@ -500,7 +503,7 @@ def capacity(
             n = more
         results[x] = res  # the score: the last call, the longest window
         point = {"load": lm.load(x), "phase": phase, "prompts": n, "held": not broken}
-        point["percentile_held"] = not client.verdict(calls[0])  # its first call, alone
+        point["percentile_held"] = first_held
         keys = ("completed", "failed", "output_throughput", "p99_ttft_ms", "samples")
         point["calls"] = [{k: c.get(k) for k in keys} for c in calls]
         return not broken, {**point, "broken": broken, "result": res}
@@ -508,22 +511,19 @@ def capacity(
     found = find_capacity(measure, lm, opts)
     top, broke = found["capacity"], found["broke"]
     at = results.get(top) if top is not None else None
+    # Without the sample-size rule: the highest load whose first call's percentiles held (a
+    # lower bound of that search's capacity where the rule stopped this one lower).
+    lenient = [p for p in found["points"] if p.get("percentile_held")]
+    top_p = max(lenient, key=lambda p: model_of(p["load"])[1], default=None)
     found.update(
         load_model=lm.name,
         unit=lm.unit,
         score_tokens_per_s=at.get("output_throughput") if at else None,
         score_requests_per_s=at.get("request_throughput") if at else None,
         bracket_pct=100 * (broke / top - 1) if top and broke else None,
-        # Without the sample-size rule: the highest load whose first call's percentiles held
-        # (a lower bound of that search's capacity where the rule stopped this one lower).
-        percentile_only=None,
-        percentile_only_tokens_per_s=None,
+        percentile_only=model_of(top_p["load"])[1] if top_p else None,
+        percentile_only_tokens_per_s=top_p["calls"][0].get("output_throughput") if top_p else None,
     )
-    lenient = [p for p in found["points"] if p.get("percentile_held")]
-    if lenient:
-        top_p = max(lenient, key=lambda p: model_of(p["load"])[1])
-        found["percentile_only"] = model_of(top_p["load"])[1]
-        found["percentile_only_tokens_per_s"] = top_p["calls"][0].get("output_throughput")
     return found
 
 

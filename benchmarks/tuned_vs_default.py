@@ -103,7 +103,8 @@ def claim_check(
         # The pass is vLLM's percentiles on --claim-prompts prompts (the issue's check); the
         # sample-size rule's view of the same run is shown beside it, not counted.
         counts = res.get("samples") or {}
-        rule = "; ".join(sample_rule.provisional(counts)) or "not provisional"
+        short = sample_rule.provisional(counts)
+        rule = "; ".join(short) or "not provisional"
         print(
             f"  claim at {lm.show(x)} {lm.unit}: {fmt(measured, '.1f')} tok/s measured vs"
             f" {claimed:.1f} claimed ({fmt(diff, '+.1f')} %): {'PASS' if tput_ok else 'FAIL'};"
@@ -114,7 +115,7 @@ def claim_check(
             "load": rec["load"], "claimed_tokens_per_s": claimed, "measured_tokens_per_s": measured,
             "ratio": ratio, "diff_pct": diff, "throughput_pass": tput_ok, "slo_pass": not broken,
             "slo_broken": broken, "pass": tput_ok and not broken, "tolerance": args.tolerance,
-            "sample_rule_provisional": sample_rule.provisional(counts),
+            "sample_rule_provisional": short,
             "result": res,
         }  # fmt: skip
 
