@@ -7,12 +7,14 @@ client may cost the server more than its own share. This script separates the tw
 how the client times and counts (its code) from how much CPU it takes (its weight).
 
 On one fresh start of a run's recommended configuration (launch command and environment from
-report.json), warmed up, it measures at the recommended load, per repeat and in a rotating
-order, ``--prompts`` requests with:
+report.json), warmed up, it measures at the recommended load (or ``--rate``), per repeat and in
+a rotating order, ``--prompts`` requests with:
 
 - ``ours``: autotune's load client alone;
-- ``ours+ballast``: autotune's client beside a ballast process that burns ``--ballast-pct`` of
-  one core (default 16 %, what vLLM's client used at these rates; probes/neighbour.py);
+- ``ours+B%``: autotune's client beside a ballast process that burns B % of one core, for each
+  B in ``--ballast-pct`` (default 16, what vLLM's client used at these rates;
+  probes/neighbour.py; several comma-separated, to find the ballast that costs the server what
+  vLLM's client does);
 - ``vllm``: vLLM's own client.
 
 It prints per run p50/p99 TTFT, p50 TPOT, requests/s achieved and output tokens/s, then the
@@ -63,15 +65,30 @@ def main() -> int:
     p.add_argument("--report", type=Path, required=True)
     p.add_argument("--prompts", type=int, default=500)
     p.add_argument("--repeats", type=int, default=2)
-    p.add_argument("--ballast-pct", type=float, default=16.0)
+    p.add_argument("--ballast-pct", default="16", help="one or more, comma-separated")
+    p.add_argument(
+        "--rate", type=float, help="requests/s to measure at (default: the recommended load)"
+    )
     p.add_argument("--out", type=Path)
     args = p.parse_args()
+    try:
+        ballasts = [float(b) for b in args.ballast_pct.split(",")]
+    except ValueError:
+        p.error(f"--ballast-pct must be numbers, comma-separated, got {args.ballast_pct!r}")
+    if any(not 0 < b <= 100 for b in ballasts):
+        p.error(f"--ballast-pct must be in (0, 100], got {args.ballast_pct}")
+    share = {f"ours+{b:g}%": b for b in ballasts}
+    kinds = ["ours", *share, "vllm"]
     report = json.loads(args.report.read_text())
     rec = report["recommended"]
     lm, x = model_of(rec["load"])
     if lm.name != "rate":
         print("the report's load model is not rate; this benchmark is about open-loop rates")
         return 2
+    if args.rate is not None:
+        if args.rate <= 0:
+            p.error(f"--rate must be above 0, got {args.rate:g}")
+        x = args.rate
     wl_d = report["workload"]
     wl = SyntheticWorkload(input_len=int(wl_d["input_len"]), output_len=int(wl_d["output_len"]))
     client = VLLMClient.from_report(report)
@@ -82,11 +99,11 @@ def main() -> int:
     seed0 = int(time.time())
 
     def then(url: str, model: str, d: Path) -> Result:
-        kinds = ["ours", "ours+ballast", "vllm"]
         for i in range(args.repeats):
-            for k in kinds[i % 3 :] + kinds[: i % 3]:  # a rotating order: drift hits all alike
+            j = i % len(kinds)
+            for k in kinds[j:] + kinds[:j]:  # a rotating order: drift hits all alike
                 seed = seed0 + len(runs)
-                with Neighbour(args.ballast_pct if k == "ours+ballast" else 0.0):
+                with Neighbour(share.get(k, 0.0)):
                     if k == "vllm":
                         r = client.run(url, model, lm.load(x), args.prompts, d, f"vllm-{i}")
                         got = {
@@ -115,7 +132,7 @@ def main() -> int:
     )  # fmt: skip
     print("\nmedians per client:")
     summary: Result = {}
-    for k in ("ours", "ours+ballast", "vllm"):
+    for k in kinds:
         rows = [r for r in runs if r["client"] == k]
         med = {
             m: statistics.median([r[m] for r in rows if r[m] is not None] or [float("nan")])
@@ -126,9 +143,10 @@ def main() -> int:
             f"  {k:>13}: TTFT p99 {med['ttft_p99']:7.0f} ms | TPOT p50 {med['tpot_p50']:5.1f} ms"
             f" | {med['rps']:5.2f} req/s | {med['tok_s']:6.1f} tok/s | cpu {med['cpu']:.0f} %"
         )
-    base = summary["ours"]["tpot_p50"]
-    for k in ("ours+ballast", "vllm"):
-        print(f"  TPOT p50 {k} / ours: {summary[k]['tpot_p50'] / base:.3f}")
+    for m in ("tpot_p50", "ttft_p99"):
+        base = summary["ours"][m]
+        for k in kinds[1:]:
+            print(f"  {m} {k} / ours: {summary[k][m] / base:.3f}")
     write_atomic(
         out / "bench.json", json.dumps({"runs": runs, "medians": summary}, indent=2).encode()
     )
