@@ -12,9 +12,8 @@ a rotating order, ``--prompts`` requests with:
 
 - ``ours``: autotune's load client alone;
 - ``ours+B%``: autotune's client beside a ballast process that burns B % of one core, for each
-  B in ``--ballast-pct`` (default 16, what vLLM's client used at these rates;
-  probes/neighbour.py; several comma-separated, to find the ballast that costs the server what
-  vLLM's client does);
+  B in ``--ballast-pct`` (default 8 and 16; probes/neighbour.py; comma-separated, to find the
+  ballast that costs the server what vLLM's client does);
 - ``vllm``: vLLM's own client.
 
 It prints per run p50/p99 TTFT, p50 TPOT, requests/s achieved and output tokens/s, then the
@@ -65,7 +64,7 @@ def main() -> int:
     p.add_argument("--report", type=Path, required=True)
     p.add_argument("--prompts", type=int, default=500)
     p.add_argument("--repeats", type=int, default=2)
-    p.add_argument("--ballast-pct", default="16", help="one or more, comma-separated")
+    p.add_argument("--ballast-pct", default="8,16", help="one or more, comma-separated")
     p.add_argument(
         "--rate", type=float, help="requests/s to measure at (default: the recommended load)"
     )

@@ -2,10 +2,13 @@
 
 What a recommendation holds under depends on what else runs on the machine. On a 2-core
 machine an engine whose OpenMP threads are bound to every core loses more than the CPU another
-process takes (benchmarks/client_cpu.py: 16 % of a core of ballast cost 29 % in time per output
-token). ``Neighbour(pct)`` stands in for that other process, for example a benchmark client as
-heavy as vLLM's (15-20 % of a core), so that configurations are scored, and the claim confirmed,
-under the condition they will be judged in.
+process takes, and a steady ballast costs it more than a client whose CPU comes in bursts:
+beside the server at 0.9 of its capacity (benchmarks/client_cpu.py, 2026-12-05), vLLM's own
+client (10 % of a core) raised the median time per output token 1.43x over autotune's client
+alone, a ballast of 8 % 1.61x, of 16 % 2.09x. ``Neighbour(pct)`` stands in for that other
+process, for example a co-located benchmark client (``--neighbour-cpu 8%`` costs the server a
+little more than vLLM's), so that configurations are scored, and the claim confirmed, under
+the condition they will be judged in.
 
 The ballast runs in its own session in 10 ms duty cycles; it is stopped by its process group,
 on every exit path, and stops by itself once the process that started it is gone.

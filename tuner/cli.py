@@ -129,8 +129,8 @@ def tune_cmd(
     neighbour_cpu: Annotated[
         str,
         typer.Option(
-            help="score and confirm beside a process burning this share of one core, e.g. 16% "
-            "(a co-located benchmark client such as vLLM's)",
+            help="score and confirm beside a process burning this share of one core, e.g. 8% "
+            "(costs the server about what a co-located vLLM benchmark client does)",
         ),
     ] = "0%",
     stages: Annotated[
