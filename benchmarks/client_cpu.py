@@ -76,6 +76,8 @@ def main() -> int:
         p.error(f"--ballast-pct must be numbers, comma-separated, got {args.ballast_pct!r}")
     if any(not 0 < b <= 100 for b in ballasts):
         p.error(f"--ballast-pct must be in (0, 100], got {args.ballast_pct}")
+    if args.rate is not None and args.rate <= 0:
+        p.error(f"--rate must be above 0, got {args.rate:g}")
     share = {f"ours+{b:g}%": b for b in ballasts}
     kinds = ["ours", *share, "vllm"]
     report = json.loads(args.report.read_text())
@@ -85,8 +87,6 @@ def main() -> int:
         print("the report's load model is not rate; this benchmark is about open-loop rates")
         return 2
     if args.rate is not None:
-        if args.rate <= 0:
-            p.error(f"--rate must be above 0, got {args.rate:g}")
         x = args.rate
     wl_d = report["workload"]
     wl = SyntheticWorkload(input_len=int(wl_d["input_len"]), output_len=int(wl_d["output_len"]))

@@ -499,6 +499,7 @@ def capacity(
             show_point(label, lm.show(x), res, broken or why, verdict=shown)
             if last:
                 break
+            assert more  # not the last call: the rule sized the next one
             print(f"  {'':>7} {'':>6} measured again with {more} prompts (MLPerf's rule)")
             n = more
         results[x] = res  # the score: the last call, the longest window
