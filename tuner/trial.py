@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from probes.diagnose import run_diagnosis
+from probes.transient import START_SHARE, disturbed_at_start
 from tuner import checkpoint, reach, recommend, side_by_side, sizing, stop
 from tuner.capacity import PointOutcome, find_capacity
 from tuner.engines.base import EngineDied, EngineStartError, RunningServer, raise_if_died
@@ -243,8 +244,13 @@ class Evaluator:
         n: int,
         label: str,
         beside: bool = False,
+        again: bool = False,
     ) -> PointOutcome:
         """Measure one load point of a trial; its records, samples and summary are kept.
+
+        A point that broke only through a stall at its start (probes/transient.py) is measured
+        again once, where the time budget allows: the first try's records are written as
+        ``*-disturbed.jsonl`` and counted as warm-up, not as a point.
 
         Raises:
             EngineDied: the engine exited during the point (after it is written down)."""
@@ -254,7 +260,25 @@ class Evaluator:
         m = st.measurer.measure(server, x, n, st.model_path)
         metrics = m.metrics
         j = st.measurer.judge(m)
-        rfile = tdir / f"{st.axis.slug(x)}-{len(trial.points)}.jsonl"
+        slug = f"{st.axis.slug(x)}-{len(trial.points)}"
+        if (
+            not again
+            and not j.verdict.holds
+            and disturbed_at_start(m.records, st.measurer.slos)
+            and not sizing.points_time_left(st, trial)
+        ):
+            write_records(tdir / f"{slug}-disturbed.jsonl", m.records)
+            raise_if_died(server, f"while measured at {st.axis.label(x)}", metrics.n_failed > 0)
+            why = (
+                f"{label}: {st.axis.label(x)} broke only in its first seconds (every request "
+                f"over a limit arrived in its first {START_SHARE:.0%}, none after): a stall at "
+                f"its start, not the load; measured again once ({point_line(metrics, j.verdict)})"
+            )
+            st.say(why)
+            st.notes.append(why)
+            stop.check()
+            return self.point(server, trial, x, n, label, beside, again=True)
+        rfile = tdir / f"{slug}.jsonl"
         write_records(rfile, m.records)
         window = st.measurer.score_window(x, len(m.records), metrics)
         st.add_samples(trial.number, Samples.from_records(x, j.records, window))

@@ -699,3 +699,37 @@ def test_a_baseline_no_load_can_serve_is_not_searched_and_trial_1_starts_from_it
     assert any("infeasible, not searched" in m for m in said)
     md = (runner.out / "report.md").read_text()
     assert "| baseline | baseline: meets the SLOs at no load (infeasible) |" in md
+
+
+@pytest.mark.timeout(120)
+def test_a_point_broken_by_a_stall_at_its_start_is_measured_again_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Which records are a stall is probes/transient.py's (tests/unit/test_transient.py); here
+    # the first broken point is called one, and the search must measure it again, once, and
+    # keep the first try out of its points.
+    import tuner.trial as trial_mod
+
+    calls: list[int] = []
+
+    def first_only(records: object, slos: object) -> bool:
+        calls.append(1)
+        return len(calls) == 1
+
+    monkeypatch.setattr(trial_mod, "disturbed_at_start", first_only)
+    opts = _options(tmp_path, trials=0, start_concurrency=16)  # above the fake's capacity
+    lines: list[str] = []
+    runner = Runner(opts, lines.append, engine=FakeEngine(), hardware=HW)
+    report = runner.run()
+    base = report.baseline
+    assert base is not None and base.points
+    tdir = runner.out / "trials" / "000"
+    (disturbed,) = tdir.glob("*-disturbed.jsonl")
+    assert disturbed.name == "c0016-0-disturbed.jsonl"
+    assert disturbed.read_text().strip()  # its records are kept, as warm-up
+    assert all("disturbed" not in p.records_file for p in base.points)
+    first = base.points[0]
+    assert first.load == {"concurrency": 16} and Path(first.records_file).name == "c0016-0.jsonl"
+    assert not first.verdict.holds  # measured again, the overload still breaks: not excused
+    assert sum("measured again once" in n for n in report.notes) == 1
+    assert any("a stall at its start" in line for line in lines)
