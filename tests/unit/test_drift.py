@@ -12,14 +12,15 @@ from probes.metrics import summarize
 from probes.records import RequestRecord
 
 
-def _records(n: int, rate: float, slope: float, noise: float = 0.02, seed: int = 1):
-    """Open-loop records: arrivals every 1/rate s, TTFT = 0.1 s + slope x arrival + noise."""
-    rng = random.Random(seed)
+def open_loop(
+    ttfts: list[float], rate: float, gap_s: float = 0.05, failed: tuple[int, ...] = ()
+) -> list[RequestRecord]:
+    """Open-loop records with the given TTFTs (s): arrivals every 1/rate s, 8 output tokens in
+    8 chunks ``gap_s`` apart; the requests numbered in ``failed`` carry an error."""
     out = []
-    for i in range(n):
+    for i, ttft in enumerate(ttfts):
         t = i / rate
-        ttft = 0.1 + slope * t + rng.uniform(0, noise)
-        chunks = [t + ttft + 0.05 * k for k in range(8)]
+        chunks = [t + ttft + gap_s * k for k in range(8)]
         out.append(
             RequestRecord(
                 index=i,
@@ -30,9 +31,16 @@ def _records(n: int, rate: float, slope: float, noise: float = 0.02, seed: int =
                 t_end=chunks[-1],
                 n_out=8,
                 chunk_times=chunks,
+                error="HTTP 500" if i in failed else None,
             )
         )
     return out
+
+
+def _records(n: int, rate: float, slope: float, noise: float = 0.02, seed: int = 1):
+    """Open-loop records: arrivals every 1/rate s, TTFT = 0.1 s + slope x arrival + noise."""
+    rng = random.Random(seed)
+    return open_loop([0.1 + slope * (i / rate) + rng.uniform(0, noise) for i in range(n)], rate)
 
 
 def test_a_growing_queue_is_projected_to_the_horizon():

@@ -2,33 +2,17 @@
 
 from __future__ import annotations
 
-from probes.records import RequestRecord
 from probes.slo import parse_slos
 from probes.transient import MIN_AFTER, disturbed_at_start
+from tests.unit.test_drift import open_loop
 
 SLOS = parse_slos(["ttft=2s"])
 
 
 def _records(ttfts: list[float], rate: float = 8.0, failed: tuple[int, ...] = ()):
-    """Open-loop records, one every 1/rate s, with the given TTFTs (s)."""
-    out = []
-    for i, ttft in enumerate(ttfts):
-        t = i / rate
-        chunks = [t + ttft + 0.1 * k for k in range(8)]
-        out.append(
-            RequestRecord(
-                index=i,
-                t_sched=t,
-                t_send=t,
-                t_first=chunks[0],
-                t_last=chunks[-1],
-                t_end=chunks[-1],
-                n_out=8,
-                chunk_times=chunks,
-                error="HTTP 500" if i in failed else None,
-            )
-        )
-    return out
+    """Open-loop records, one every 1/rate s, with the given TTFTs (s), decoding at 100 ms a
+    token."""
+    return open_loop(ttfts, rate, gap_s=0.1, failed=failed)
 
 
 def test_a_stall_as_the_point_began_is_told_from_the_load():
