@@ -13,7 +13,10 @@ other runs measured 1.2x the defaults scored 3 % under them and lost.
 
 Such a point is measured again once (tuner/trial.py), its first try counted as warm-up: only
 at the start, only where nothing later went over, and only once, so an overloaded point,
-a configuration that stalls again, or one whose stalls come at random all still break.
+a configuration that stalls again, or one whose stalls come at random all still break. A
+confirmation try is judged the same way against its limits less the headroom
+(tuner/recommend.py): a stall would otherwise step the claim down to a load the
+configuration did not need.
 
 Pure logic over records: tested with made-up ones.
 """
@@ -31,13 +34,19 @@ MIN_AFTER = 20  # requests after the stall, every one within every limit, to cal
 
 
 def disturbed_at_start(
-    records: Sequence[RequestRecord], slos: SLOSet, share: float = START_SHARE
+    records: Sequence[RequestRecord],
+    slos: SLOSet,
+    share: float = START_SHARE,
+    headroom: float = 0.0,
 ) -> bool:
-    """Whether every request over a latency limit was scheduled in the first ``share`` of the
-    point's arrival span, at least one was, none failed, and at least ``MIN_AFTER`` requests
-    came after the last of them."""
+    """Whether every request over a latency limit (less the ``headroom``: over ``(1 -
+    headroom)`` x the limit) was scheduled in the first ``share`` of the point's arrival span,
+    at least one was, none failed, and at least ``MIN_AFTER`` requests came after the last of
+    them."""
     if not records or any(not r.ok for r in records) or not slos.latency:
         return False
+    if headroom:
+        slos = within(slos, headroom)
     ordered = sorted(records, key=lambda r: r.t_sched)
     t0, t1 = ordered[0].t_sched, ordered[-1].t_sched
     if t1 <= t0:
@@ -47,3 +56,9 @@ def disturbed_at_start(
         return False
     last = ordered[over[-1]]
     return last.t_sched - t0 <= share * (t1 - t0) and len(ordered) - 1 - over[-1] >= MIN_AFTER
+
+
+def within(slos: SLOSet, headroom: float) -> SLOSet:
+    """The same SLOs with every latency limit at ``(1 - headroom)`` x its own."""
+    tight = (s.model_copy(update={"limit_ms": s.limit_ms * (1.0 - headroom)}) for s in slos.latency)
+    return slos.model_copy(update={"latency": tuple(tight)})

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from probes.metrics import LoadMetrics
+from probes.transient import disturbed_at_start
 from tuner import sizing, stop
 from tuner.compare import too_close
 from tuner.confirm import ConfirmResult, Try, confirm, target_load, weaker_than
@@ -97,6 +98,8 @@ def confirm_on(
         return None
     cdir.mkdir(parents=True, exist_ok=True)
 
+    stalled: list[float] = []  # the load of the one try set aside as a stall, if any
+
     def measure(x: float) -> Try:
         n = n_for(x)
         if n < sizing.n_confirm(st, x):
@@ -106,6 +109,18 @@ def confirm_on(
             )
         m = measurer.measure(server, x, n, st.model_path, room=room_for(x, n))
         j = measurer.judge(m)
+        if (
+            not stalled
+            and not (j.verdict.holds and j.verdict.worst_margin <= -opts.headroom)
+            and disturbed_at_start(m.records, measurer.slos, headroom=opts.headroom)
+            and may_try(x) is None
+        ):
+            # A stall at the try's start, not the load (probes/transient.py): once, at the
+            # same load, before it steps the claim down.
+            stalled.append(x)
+            path = cdir / f"{axis.slug(x)}-disturbed.jsonl"
+            ev.set_aside_stall(server, m, j.verdict, path, label, x, opts.headroom)
+            return measure(x)
         if len(m.records) > n:
             over = ", ".join(f"{v} over {k}" for k, v in m.metrics.over_limit.items() if v)
             st.say(

@@ -61,3 +61,12 @@ def test_other_latency_slos_count_too():
         r.chunk_times = [r.t_first, r.t_last]
     assert disturbed_at_start(recs, slos)
     assert not disturbed_at_start(recs, SLOS)
+
+
+def test_with_headroom_the_limit_is_the_one_less_the_headroom():
+    # A confirmation try judged with 10 % headroom: 1.9 s is over 1.8 s, though under 2 s.
+    recs = _records([1.9] * 5 + [0.3] * 100)
+    assert not disturbed_at_start(recs, SLOS)
+    assert disturbed_at_start(recs, SLOS, headroom=0.1)
+    late = _records([0.3] * 100 + [1.9] * 5)  # the same requests, late: an overload
+    assert not disturbed_at_start(late, SLOS, headroom=0.1)
