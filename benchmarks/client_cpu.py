@@ -36,7 +36,14 @@ from typing import Any
 
 sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]
 
-from sweep import ROOT, SweepOptions, VLLMClient, measure_config, model_of  # noqa: E402
+from sweep import (  # noqa: E402
+    ROOT,
+    SweepOptions,
+    VLLMClient,
+    measure_config,
+    model_of,
+    read_report,
+)
 
 from probes.client import LoadClient, run_load  # noqa: E402
 from probes.metrics import summarize  # noqa: E402
@@ -80,7 +87,7 @@ def main() -> int:
         p.error(f"--rate must be above 0, got {args.rate:g}")
     share = {f"ours+{b:g}%": b for b in ballasts}
     kinds = ["ours", *share, "vllm"]
-    report = json.loads(args.report.read_text())
+    report = read_report(p, args.report)
     rec = report["recommended"]
     lm, x = model_of(rec["load"])
     if lm.name != "rate":

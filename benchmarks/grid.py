@@ -55,6 +55,7 @@ from sweep import (  # noqa: E402
     describe_capacity,
     fmt,
     measure_config,
+    read_report,
     report_load_model,
     sweep_options,
 )
@@ -143,12 +144,12 @@ def summarize(configs: list[Result], rec: Result | None, report: Result | None, 
         )
     best = ranked[0] if ranked and tok(ranked[0]) is not None else None
     baseline = next((x for x in configs if not x["params"]), None)
+    best_tok = tok(best) if best else None
+    base_tok = tok(baseline) if baseline else None
     out: Result = {
         "best_index": best["index"] if best else None,
-        "best_tokens_per_s": tok(best) if best else None,
-        "best_over_baseline": (
-            tok(best) / tok(baseline) if best and baseline and tok(baseline) else None
-        ),
+        "best_tokens_per_s": best_tok,
+        "best_over_baseline": best_tok / base_tok if best_tok is not None and base_tok else None,
         "grid_engine_starts": len(configs),
     }
     print(
@@ -159,9 +160,10 @@ def summarize(configs: list[Result], rec: Result | None, report: Result | None, 
         print(f"  grid best / baseline: {out['best_over_baseline']:.3f}")
     if rec is not None and report is not None:
         starts = (report.get("timing") or {}).get("engine_starts")
-        ratio = tok(rec) / tok(best) if best and tok(rec) is not None else None
+        rec_tok = tok(rec)
+        ratio = rec_tok / best_tok if best_tok and rec_tok is not None else None
         out.update(
-            recommended_tokens_per_s=tok(rec),
+            recommended_tokens_per_s=rec_tok,
             recommended_over_grid_best=ratio,
             run_engine_starts=starts,
         )
@@ -197,7 +199,7 @@ def main() -> int:
     report: Result | None = None
     try:
         if args.report:
-            report = json.loads(args.report.read_text())
+            report = read_report(p, args.report)
             if report.get("workload", {}).get("kind") != "synthetic":
                 raise ValueError(f"{args.report}: only a synthetic workload can be replayed")
             if not (report.get("recommended") or {}).get("launch_command"):

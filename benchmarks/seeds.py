@@ -49,6 +49,7 @@ from sweep import (  # noqa: E402
     fmt,
     measure_config,
     model_of,
+    read_report,
     report_load_model,
 )
 from tuned_vs_default import claim_check  # noqa: E402
@@ -112,7 +113,7 @@ def main() -> int:
     add("--out", type=Path)
     args = p.parse_args()
 
-    reports = [json.loads(r.read_text()) for r in args.reports]
+    reports = [read_report(p, r) for r in args.reports]
     for path, rep in zip(args.reports, reports, strict=True):
         if not rep.get("recommended") or not rep["recommended"].get("launch_command"):
             print(f"{path}: no launched recommendation", file=sys.stderr)

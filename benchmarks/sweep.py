@@ -105,6 +105,19 @@ LOAD_MODELS = {
 }  # fmt: skip
 
 
+def read_report(p: argparse.ArgumentParser, path: Path) -> Result:
+    """A finished run's report, from its report.json or its run folder; a path that is
+    neither, or a file that is not JSON, ends the script with one line (``p.error``)."""
+    file = path / "report.json" if path.is_dir() else path
+    try:
+        report = json.loads(file.read_text())
+    except (OSError, ValueError) as e:
+        p.error(f"{path}: not an autotune report.json or run folder ({e})")
+    if not isinstance(report, dict):
+        p.error(f"{path}: not an autotune report.json")
+    return report
+
+
 def report_load_model(report: Result) -> str:
     """The report's load model; reports written before it was recorded are closed loop."""
     return str((report.get("load") or {}).get("model") or "concurrency")

@@ -73,6 +73,7 @@ from sweep import (  # noqa: E402
     fmt,
     measure_config,
     model_of,
+    read_report,
     report_load_model,
     show_point,
     sweep_options,
@@ -262,7 +263,7 @@ def main() -> int:
     add_sweep_args(p, load_default=None)
     args = p.parse_args()
 
-    report = json.loads(args.report.read_text())
+    report = read_report(p, args.report)
     if not report.get("baseline") or not report.get("recommended"):
         print(f"{args.report}: needs both a baseline and a recommendation", file=sys.stderr)
         return 2
@@ -341,7 +342,7 @@ def claims_only(
         claims.append(x.get("claim") or {"pass": False, "error": x.get("error")})
         doc["repeats"].append({"recommended": x})
         write_atomic(out / "bench.json", json.dumps(doc, indent=2, default=str).encode())
-    ratios = [c.get("ratio") for c in claims if c.get("ratio") is not None]
+    ratios = [r for c in claims if (r := c.get("ratio")) is not None]
     print(f"\n=== claim checks at {rec['load']} ({args.claim_prompts} prompts, vLLM's client)")
     for i, c in enumerate(claims, 1):
         slo = "held" if c.get("slo_pass") else "; ".join(c.get("slo_broken") or ["not run"])

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -9,7 +11,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
-from sweep import LOAD_MODELS, SweepOptions, find_capacity
+from sweep import LOAD_MODELS, SweepOptions, find_capacity, read_report
 
 RATE, CONC = LOAD_MODELS["rate"], LOAD_MODELS["concurrency"]
 
@@ -83,3 +85,21 @@ def test_a_first_step_that_breaks_is_bisected_towards_the_floor() -> None:
         SweepOptions(ladder=[4.86], min_prompts=10, prompts_per_load=0, bisect_steps=1),
     )
     assert tried0 == [4.86, RATE.rounded(4.86 / 2)]  # no floor: half-way to zero, as before
+
+
+def test_a_report_is_read_from_its_file_or_its_run_folder_and_anything_else_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    p = argparse.ArgumentParser(prog="bench")
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "report.json").write_text(json.dumps({"run_id": "r"}))
+    assert read_report(p, run) == {"run_id": "r"}
+    assert read_report(p, run / "report.json") == {"run_id": "r"}
+    (tmp_path / "list.json").write_text("[1]")
+    for bad in (tmp_path, tmp_path / "list.json", tmp_path / "missing.json"):
+        with pytest.raises(SystemExit) as exc:
+            read_report(p, bad)
+        assert exc.value.code == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert err[-1].startswith(f"bench: error: {bad}: not an autotune report.json")
