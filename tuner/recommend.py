@@ -49,8 +49,9 @@ def confirm_on(
 
     The baseline's confirmation is full-size or not made (a gain divides by it, and a figure
     from fewer requests than the percentile needs is not divided by), has two tries at most
-    under a budget, and keeps ``reserve_s`` back: by default what one trial and the final
-    confirmation need, right after the baseline's search. None when the budget has no room for
+    under a budget, and keeps ``reserve_s`` back: by default, right after the baseline's
+    search, what the first trial and its confirmation on its own server need
+    (``sizing.baseline_confirm_reserve_s``). None when the budget has no room for
     one full-size try (the baseline's is then put off: ``confirm_baseline_late``)."""
     assert st.measurer is not None
     measurer, axis, opts = st.measurer, st.axis, st.opts
@@ -64,7 +65,7 @@ def confirm_on(
     if reserve_s is not None:
         reserve = reserve_s
     elif baseline:
-        reserve = sizing.trial_min_s(st, trial) + sizing.confirm_estimate_s(st, best=trial)
+        reserve = sizing.baseline_confirm_reserve_s(st, trial)
     else:
         reserve = 0.0
 

@@ -138,7 +138,7 @@ def test_after_a_cold_baseline_a_trial_fits_where_its_confirmation_on_its_own_se
     clock.t = 287.0
     try_s = sizing.confirm_try_s(st, base)
     assert try_s == pytest.approx(505 / 2.73 + 11.0, abs=1.0)
-    reserve = sizing.trial_min_s(st, base) + sizing.confirm_estimate_s(st, best=base)
+    reserve = sizing.baseline_confirm_reserve_s(st, base)
     assert not st.budget.fits(try_s, reserve)  # so confirm_on puts the baseline's off
     st.baseline = base
     assert sizing.another_trial_fits(st)
@@ -146,6 +146,29 @@ def test_after_a_cold_baseline_a_trial_fits_where_its_confirmation_on_its_own_se
     clock.t = 780.0 - sizing.trial_min_s(st) - try_s + 1.0
     assert not sizing.another_trial_fits(st)
     assert "time budget" in (sizing.time_left_reason(st) or "")
+
+
+def test_the_baseline_is_confirmed_at_once_where_a_trial_and_its_own_servers_tries_fit(
+    tmp_path: Path,
+) -> None:
+    """The 2-core Xeon's seed 125 (2026-12-05): the baseline's search ended 333 s in, 447 s
+    left, with a try of about 80-95 s. Kept back for a fresh start of the winner too, its
+    confirmation waited, and the run ended with 148 s unused, too few for a start and a try.
+    The first trial, if it leads, is confirmed on its own server: no start is kept back."""
+    clock = Clock()
+    st = _state(tmp_path, clock)
+    base = _trial(0, 77.0, 6.6, e2e_ms=4_800.0)
+    clock.t = 333.0
+    try_s = sizing.confirm_try_s(st, base)
+    with_restart = sizing.trial_min_s(st, base) + sizing.confirm_estimate_s(st, best=base)
+    assert not st.budget.fits(try_s, with_restart)  # what the run did
+    reserve = sizing.baseline_confirm_reserve_s(st, base)
+    assert reserve == pytest.approx(sizing.trial_min_s(st, base) + 2 * try_s)
+    assert st.budget.fits(try_s, reserve)
+    clock.t += try_s
+    st.baseline = base
+    st.baseline_confirmed = object()  # type: ignore[assignment]  # only its presence counts
+    assert sizing.another_trial_fits(st)  # the first trial still runs
 
 
 def test_a_trial_that_leads_is_confirmed_on_its_own_server_only_when_no_trial_fits_after_it(
