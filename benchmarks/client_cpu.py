@@ -68,7 +68,9 @@ def ours(url: str, model: str, tok: Any, wl: SyntheticWorkload, x: float, n: int
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--report", type=Path, required=True)
+    p.add_argument(
+        "--report", type=Path, required=True, help="a finished run's report.json (or its folder)"
+    )
     p.add_argument("--prompts", type=int, default=500)
     p.add_argument("--repeats", type=int, default=2)
     p.add_argument("--ballast-pct", default="8,16", help="one or more, comma-separated")

@@ -39,10 +39,11 @@ from typing import Any
 import psutil
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:  # benchmarks/ is not a package
-    sys.path.insert(0, str(ROOT))
+# benchmarks/ is not a package: its scripts import each other as top-level modules.
+sys.path[:0] = [p for p in (str(ROOT / "benchmarks"), str(ROOT)) if p not in sys.path]
 
-from benchmarks.probe_vs_vllm_client import fmt, run_vllm_client  # noqa: E402
+from probe_vs_vllm_client import fmt, run_vllm_client  # noqa: E402
+
 from probes.client import LoadClient, run_load  # noqa: E402
 from probes.metrics import summarize  # noqa: E402
 from probes.workload import FileItem, FileWorkload, prepare_requests  # noqa: E402

@@ -179,7 +179,7 @@ def main() -> int:
     add(
         "--report",
         type=Path,
-        help="a run's report.json: its workload, SLOs, model, and its "
+        help="a run's report.json (or its run folder): its workload, SLOs, model, and its "
         "recommended config measured after the grid",
     )
     add("--model", default="smollm2-135m", help="without --report: the model (smollm2-135m)")

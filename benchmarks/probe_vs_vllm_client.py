@@ -48,7 +48,7 @@ from probes.workload import SyntheticWorkload, prepare_requests  # noqa: E402
 from tuner.engines.base import EngineStartError  # noqa: E402
 from tuner.hardware import detect_hardware  # noqa: E402
 from tuner.models import ModelError  # noqa: E402
-from tuner.probe_run import ProbeError, _server, parse_params  # noqa: E402
+from tuner.probe_run import ProbeError, _launch_spec, _server, parse_params  # noqa: E402
 from tuner.report import write_atomic  # noqa: E402
 
 CLIENT = ROOT / "benchmarks" / "vllm_client.py"
@@ -185,7 +185,8 @@ def main() -> int:
     doc: Result = {"options": {k: str(v) for k, v in vars(a).items()}, "repeats": []}
     try:
         params, hw = parse_params(a.param), detect_hardware()
-        server = _server(a.model, "vllm", params, a.endpoint, a.served_model, out, hw, print)
+        launch = _launch_spec(a.model, "vllm", params, hw) if a.model is not None else None
+        server = _server(launch, a.endpoint, a.served_model, out, print)
         with server as (url, name, model_dir, startup, _, _):
             from transformers import AutoTokenizer
 

@@ -98,7 +98,7 @@ def baseline_of(rep: Result) -> Result | None:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     add = p.add_argument
-    add("reports", type=Path, nargs="+", help="finished runs' report.json")
+    add("reports", type=Path, nargs="+", help="finished runs' report.json (or run folders)")
     add("--baseline", action="store_true", help="measure the first report's baseline too")
     add("--repeats", type=int, default=1, help="interleaved rounds over the runs (1)")
     add("--step", type=float, default=0.05, help="load step above the claim (0.05)")

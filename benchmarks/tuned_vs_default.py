@@ -253,7 +253,7 @@ def summarize(pairs: list[Result], report: Result, lm: LoadModel) -> Result:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     add = p.add_argument
-    add("--report", type=Path, required=True, help="a finished run's report.json")
+    add("--report", type=Path, required=True, help="a finished run's report.json (or folder)")
     add("--out", type=Path, help="output folder (default results/bench-<timestamp>/)")
     add("--repeats", type=int, default=2, help="interleaved baseline/recommended pairs (2)")
     add("--claim-prompts", type=int, default=400, help="prompts of the claim check (400)")

@@ -38,17 +38,21 @@ def disturbed_at_start(
     slos: SLOSet,
     share: float = START_SHARE,
     headroom: float = 0.0,
+    planned: int | None = None,
 ) -> bool:
     """Whether every request over a latency limit (less the ``headroom``: over ``(1 -
     headroom)`` x the limit) was scheduled in the first ``share`` of the point's arrival span,
     at least one was, none failed, and at least ``MIN_AFTER`` requests came after the last of
-    them."""
+    them. ``planned``: the requests the point was planned with, where it grew past them for
+    requests over a limit (probes/sequential.py); the span is theirs, so that the growth a
+    stall causes does not widen what counts as its start."""
     if not records or any(not r.ok for r in records) or not slos.latency:
         return False
     if headroom:
         slos = within(slos, headroom)
     ordered = sorted(records, key=lambda r: r.t_sched)
-    t0, t1 = ordered[0].t_sched, ordered[-1].t_sched
+    last_planned = ordered[min(planned, len(ordered)) - 1] if planned else ordered[-1]
+    t0, t1 = ordered[0].t_sched, last_planned.t_sched
     if t1 <= t0:
         return False
     over = [i for i, r in enumerate(ordered) if not all(meets(r, s) for s in slos.latency)]

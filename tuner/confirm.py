@@ -54,12 +54,16 @@ class Try:
 
     def roomy(self, headroom: float) -> bool:
         """Every check holds with the headroom (however many requests it had)."""
-        v = self.verdict
-        return v.holds and v.worst_margin <= -headroom
+        return roomy(self.verdict, headroom)
 
     def meets(self, headroom: float) -> bool:
         """Roomy, and with enough requests for every percentile (none provisional)."""
         return self.roomy(headroom) and not self.verdict.provisional
+
+
+def roomy(v: Verdict, headroom: float) -> bool:
+    """Whether every check of a verdict holds with the headroom."""
+    return v.holds and v.worst_margin <= -headroom
 
 
 @dataclass

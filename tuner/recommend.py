@@ -19,9 +19,9 @@ from typing import TYPE_CHECKING
 
 from probes.metrics import LoadMetrics
 from probes.transient import disturbed_at_start
-from tuner import sizing, stop
+from tuner import sizing, stall, stop
 from tuner.compare import too_close
-from tuner.confirm import ConfirmResult, Try, confirm, target_load, weaker_than
+from tuner.confirm import ConfirmResult, Try, confirm, roomy, target_load, weaker_than
 from tuner.engines.base import EngineDied, EngineStartError, RunningServer, raise_if_died
 from tuner.estimate import Samples, estimate
 from tuner.measure import point_line, write_records
@@ -52,7 +52,11 @@ def confirm_on(
     under a budget, and keeps ``reserve_s`` back: by default, right after the baseline's
     search, what the first trial and its confirmation on its own server need
     (``sizing.baseline_confirm_reserve_s``). None when the budget has no room for
-    one full-size try (the baseline's is then put off: ``confirm_baseline_late``)."""
+    one full-size try (the baseline's is then put off: ``confirm_baseline_late``).
+
+    A try that missed the headroom only through a stall at its start (probes/transient.py) is
+    set aside and measured again once at the same load (tuner/stall.py), where the budget
+    holds as many requests again; it is not one of the tries counted."""
     assert st.measurer is not None
     measurer, axis, opts = st.measurer, st.axis, st.opts
     rps = trial.metrics.requests_per_s if trial.metrics else 1.0
@@ -99,9 +103,10 @@ def confirm_on(
         return None
     cdir.mkdir(parents=True, exist_ok=True)
 
-    stalled: list[float] = []  # the load of the one try set aside as a stall, if any
+    stalled = False  # a try set aside as a stall at its start (once a confirmation)
 
     def measure(x: float) -> Try:
+        nonlocal stalled
         n = n_for(x)
         if n < sizing.n_confirm(st, x):
             st.notes.append(
@@ -112,15 +117,16 @@ def confirm_on(
         j = measurer.judge(m)
         if (
             not stalled
-            and not (j.verdict.holds and j.verdict.worst_margin <= -opts.headroom)
-            and disturbed_at_start(m.records, measurer.slos, headroom=opts.headroom)
+            and not roomy(j.verdict, opts.headroom)
+            and disturbed_at_start(m.records, measurer.slos, headroom=opts.headroom, planned=n)
             and may_try(x) is None
+            and n_for(x) >= n  # as many requests again: never a full try for a short one
         ):
             # A stall at the try's start, not the load (probes/transient.py): once, at the
             # same load, before it steps the claim down.
-            stalled.append(x)
+            stalled = True
             path = cdir / f"{axis.slug(x)}-disturbed.jsonl"
-            ev.set_aside_stall(server, m, j.verdict, path, label, x, opts.headroom)
+            stall.set_aside(st, server, m, j.verdict, path, label, x, opts.headroom)
             return measure(x)
         if len(m.records) > n:
             over = ", ".join(f"{v} over {k}" for k, v in m.metrics.over_limit.items() if v)

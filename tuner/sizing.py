@@ -171,16 +171,21 @@ def confirm_estimate_s(
 
 
 def baseline_confirm_reserve_s(st: RunState, baseline: TrialReport) -> float:
-    """What the baseline's confirmation, right after its search, keeps back: the first trial's
-    gate (a start, a warm-up, one load point) and two tries on that trial's own server, costed
-    at the baseline's load (the longest a trial that beats it needs). No fresh start: a first
-    trial that leads and leaves no room for another is confirmed where it runs
-    (``confirm_in_place``); one that loses leaves the baseline, confirmed now, the best; and a
-    further trial starts only where the best's confirmation on a fresh start fits after it
-    (``another_trial_fits``). (The 2-core Xeon, seed 125, 2026-12-05: kept back for a fresh
-    start too, the baseline's confirmation waited, and the run ended with 148 s unused, too
-    few for a start and a try: the gain went unconfirmed.)"""
-    return trial_min_s(st, baseline) + confirm_estimate_s(st, fresh=False, best=baseline)
+    """What the baseline's confirmation, right after its search, keeps back: nothing where no
+    trial follows; else the first trial's gate (a start, a warm-up, one load point), the
+    baseline's stop, and two tries on that trial's own server, costed at the baseline's load
+    (the longest a trial that beats it needs). No fresh start: a first trial that leads and
+    leaves no room for another is confirmed where it runs (``confirm_in_place``); one that
+    loses leaves the baseline, confirmed now, the best; and a further trial starts only where
+    the best's confirmation on a fresh start fits after it (``another_trial_fits``). In a
+    shared study nothing is confirmed in place, so the fresh start is kept back too. (The
+    2-core Xeon, seed 125, 2026-12-05: kept back for a fresh start as well, the baseline's
+    confirmation waited, and the run ended with 148 s unused, too few for a start and a try:
+    the gain went unconfirmed.)"""
+    if not (st.launches and st.opts.trials):
+        return 0.0
+    fresh = st.shared is not None
+    return trial_min_s(st, baseline) + STOP_S + confirm_estimate_s(st, fresh=fresh, best=baseline)
 
 
 def another_trial_fits(

@@ -20,14 +20,13 @@ from pathlib import Path
 from typing import Any
 
 from probes.diagnose import run_diagnosis
-from probes.metrics import Verdict
-from probes.transient import START_SHARE, disturbed_at_start
-from tuner import checkpoint, reach, recommend, side_by_side, sizing, stop
+from probes.transient import disturbed_at_start
+from tuner import checkpoint, reach, recommend, side_by_side, sizing, stall, stop
 from tuner.capacity import PointOutcome, find_capacity
 from tuner.engines.base import EngineDied, EngineStartError, RunningServer, raise_if_died
 from tuner.estimate import CapacityEstimate, Samples
 from tuner.gate_steps import GateSteps
-from tuner.measure import Measured, point_line, write_records
+from tuner.measure import point_line, write_records
 from tuner.report import PointReport, TrialReport, dump_json, write_atomic
 from tuner.scoring import abandon_reason, under_capacity
 from tuner.scoring import describe as describe_estimate
@@ -268,7 +267,8 @@ class Evaluator:
             and disturbed_at_start(m.records, st.measurer.slos)
             and not sizing.points_time_left(st, trial)
         ):
-            self.set_aside_stall(server, m, j.verdict, tdir / f"{slug}-disturbed.jsonl", label, x)
+            path = tdir / f"{slug}-disturbed.jsonl"
+            stall.set_aside(st, server, m, j.verdict, path, label, x)
             return self.point(server, trial, x, n, label, beside, again=True)
         rfile = tdir / f"{slug}.jsonl"
         write_records(rfile, m.records)
@@ -291,32 +291,6 @@ class Evaluator:
         return PointOutcome(x, j.verdict.holds, j.verdict.worst_margin, metrics.output_tokens_per_s)
 
     # ------------------------------------------------------------ scores
-    def set_aside_stall(
-        self,
-        server: RunningServer,
-        m: Measured,
-        verdict: Verdict,
-        path: Path,
-        label: str,
-        x: float,
-        headroom: float = 0.0,
-    ) -> None:
-        """Keep a try disturbed at its start (probes/transient.py) as warm-up, written to
-        ``path``, and say so: the caller measures it again, once."""
-        st = self.st
-        write_records(path, m.records)
-        load = st.axis.label(x)
-        raise_if_died(server, f"while measured at {load}", m.metrics.n_failed > 0)
-        limit = f"{1 - headroom:.0%} of a limit" if headroom else "a limit"
-        why = (
-            f"{label}: {load} broke only in its first seconds (every request over {limit} "
-            f"arrived in its first {START_SHARE:.0%}, none after): a stall at its start, not "
-            f"the load; measured again once ({point_line(m.metrics, verdict)})"
-        )
-        st.say(why)
-        st.notes.append(why)
-        stop.check()
-
     def _score(self, trial: TrialReport, abandoned: str | None) -> None:
         """The trial's status and score from the estimate over all its points."""
         st = self.st

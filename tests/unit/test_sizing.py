@@ -131,7 +131,8 @@ def test_after_a_cold_baseline_a_trial_fits_where_its_confirmation_on_its_own_se
     tmp_path: Path,
 ) -> None:
     """287 s in, 493 s left: the baseline's own confirmation now (196 s) would leave too little
-    for a trial and a fresh confirmation, but a trial confirmed on its own server fits."""
+    for a trial and two tries of its confirmation, but a trial confirmed on its own server fits
+    once the baseline's is put off."""
     clock = Clock()
     st = _state(tmp_path, clock)
     base = _trial(0, 122.0, 2.73)
@@ -163,12 +164,17 @@ def test_the_baseline_is_confirmed_at_once_where_a_trial_and_its_own_servers_tri
     with_restart = sizing.trial_min_s(st, base) + sizing.confirm_estimate_s(st, best=base)
     assert not st.budget.fits(try_s, with_restart)  # what the run did
     reserve = sizing.baseline_confirm_reserve_s(st, base)
-    assert reserve == pytest.approx(sizing.trial_min_s(st, base) + 2 * try_s)
+    assert reserve == pytest.approx(sizing.trial_min_s(st, base) + sizing.STOP_S + 2 * try_s)
     assert st.budget.fits(try_s, reserve)
-    clock.t += try_s
-    st.baseline = base
-    st.baseline_confirmed = object()  # type: ignore[assignment]  # only its presence counts
-    assert sizing.another_trial_fits(st)  # the first trial still runs
+    # A shared study confirms nothing in place: there the fresh start is kept back too.
+    st.shared = object()  # type: ignore[assignment]  # only its presence counts
+    assert sizing.baseline_confirm_reserve_s(st, base) == pytest.approx(
+        with_restart + sizing.STOP_S
+    )
+    # No trial to follow: nothing is kept back.
+    st.shared = None
+    st.opts.trials = 0
+    assert sizing.baseline_confirm_reserve_s(st, base) == 0.0
 
 
 def test_a_trial_that_leads_is_confirmed_on_its_own_server_only_when_no_trial_fits_after_it(

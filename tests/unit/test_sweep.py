@@ -97,7 +97,8 @@ def test_a_report_is_read_from_its_file_or_its_run_folder_and_anything_else_is_o
     assert read_report(p, run) == {"run_id": "r"}
     assert read_report(p, run / "report.json") == {"run_id": "r"}
     (tmp_path / "list.json").write_text("[1]")
-    for bad in (tmp_path, tmp_path / "list.json", tmp_path / "missing.json"):
+    (tmp_path / "text.json").write_text("not json")
+    for bad in (tmp_path, *(tmp_path / n for n in ("list.json", "text.json", "missing.json"))):
         with pytest.raises(SystemExit) as exc:
             read_report(p, bad)
         assert exc.value.code == 2

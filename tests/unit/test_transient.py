@@ -70,3 +70,12 @@ def test_with_headroom_the_limit_is_the_one_less_the_headroom():
     assert disturbed_at_start(recs, SLOS, headroom=0.1)
     late = _records([0.3] * 100 + [1.9] * 5)  # the same requests, late: an overload
     assert not disturbed_at_start(late, SLOS, headroom=0.1)
+
+
+def test_a_try_grown_for_its_stall_is_judged_on_the_span_it_was_planned_with():
+    # 100 requests planned, the first 25 over the limit: a quarter of the span, not a stall.
+    # Grown by 60 more for them, the stall is under a fifth of the grown span: still none.
+    recs = _records([2.5] * 25 + [0.3] * 135)
+    assert not disturbed_at_start(recs, SLOS, planned=100)
+    assert disturbed_at_start(recs, SLOS)  # what the grown span alone would have said
+    assert disturbed_at_start(_records([2.5] * 15 + [0.3] * 145), SLOS, planned=100)
