@@ -33,7 +33,7 @@ def set_aside(
 
     Raises:
         EngineDied: the engine exited during the try.
-        Stopped: a Ctrl-C came in while it was measured."""
+        StopRequested: a Ctrl-C came in while it was measured (tuner/stop.py)."""
     write_records(path, m.records)
     load = st.axis.label(x)
     raise_if_died(server, f"while measured at {load}", m.metrics.n_failed > 0)
