@@ -1,0 +1,227 @@
+"""The serving model: the scheduler simulation against hand-computed cases, the step model's
+calibration on scripted records, and the prediction's interval with its run-to-run term."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from probes.client import arrival_offsets
+from probes.slo import parse_slos
+from tuner.servemodel.calibrate import calibrate, decode_observations, idle_observations
+from tuner.servemodel.load import closed_loop, cycled, poisson
+from tuner.servemodel.predict import Spread, predict
+from tuner.servemodel.scheduler import Arrival, Knobs, SimulationError, StepTrace, simulate
+from tuner.servemodel.steptime import FitError, Observation, StepModel, fit_steps
+
+FIXED = cycled([(128, 64)])
+
+
+def model(
+    base: float = 0.0,
+    token: float = 0.0,
+    seq: float = 0.0,
+    kpair: float = 0.0,
+    overhead: float = 0.0,
+) -> StepModel:
+    return StepModel(
+        base_s=base, per_token_s=token, per_seq_s=seq, per_kpair_s=kpair, overhead_s=overhead
+    )
+
+
+def test_one_request_prefill_then_decode_steps() -> None:
+    # enters at 0.005; prefill 100 tokens: 0.01 + 0.1; then 3 decode steps of 0.011 each
+    recs = simulate([Arrival(0.0, 100, 4)], Knobs(8, 2048), model(0.01, 0.001, overhead=0.005))
+    (r,) = recs
+    assert r.ttft_s == pytest.approx(0.115)
+    assert r.tpot_s == pytest.approx(0.011)
+    assert r.e2e_s == pytest.approx(0.148)
+    assert r.n_out == 4 and r.n_prompt == 100
+
+
+def test_a_full_batch_makes_the_next_request_wait() -> None:
+    arrivals = [Arrival(0.0, 10, 2) for _ in range(3)]
+    recs = simulate(arrivals, Knobs(max_num_seqs=2, max_num_batched_tokens=2048), model(0.1))
+    # steps of 0.1 s: the first two prefill together, decode together and finish at 0.2;
+    # the third is admitted only then
+    assert [r.ttft_s for r in recs] == pytest.approx([0.1, 0.1, 0.3])
+    assert [r.e2e_s for r in recs] == pytest.approx([0.2, 0.2, 0.4])
+
+
+def test_the_token_budget_splits_a_prefill() -> None:
+    trace = StepTrace()
+    (r,) = simulate([Arrival(0.0, 100, 2)], Knobs(8, 64), model(0.01, 0.001), trace=trace)
+    assert trace.tokens == [64, 36, 1]
+    assert r.ttft_s == pytest.approx(0.074 + 0.046)
+    assert r.e2e_s == pytest.approx(0.074 + 0.046 + 0.011)
+
+
+def test_without_chunking_a_prompt_waits_for_a_step_with_room_for_all_of_it() -> None:
+    trace = StepTrace()
+    arrivals = [Arrival(0.0, 100, 2), Arrival(0.0, 100, 2)]
+    recs = simulate(arrivals, Knobs(8, 128, enable_chunked_prefill=False), model(1.0), trace=trace)
+    # step 1: the first prompt (100); 28 left is too little for the second, which waits
+    assert trace.tokens == [100, 101, 1]
+    assert [r.ttft_s for r in recs] == pytest.approx([1.0, 2.0])
+    with pytest.raises(SimulationError, match="exceeds max_num_batched_tokens"):
+        simulate([Arrival(0.0, 100, 2)], Knobs(8, 64, enable_chunked_prefill=False), model(1.0))
+
+
+def test_preemption_when_the_kv_cache_runs_out() -> None:
+    # 3 blocks of 4 tokens; each request needs up to 9 tokens (3 blocks) of cache.
+    trace = StepTrace()
+    arrivals = [Arrival(0.0, 4, 6), Arrival(0.0, 4, 6)]
+    first, second = simulate(
+        arrivals, Knobs(8, 2048, kv_blocks=3, block_size=4), model(1.0), trace=trace
+    )
+    assert trace.preemptions == 1
+    # The second is preempted in step 2 (it was admitted last), so the first runs alone to
+    # the end (step 6); the second prefills its prompt and first output again in step 7
+    # and decodes its other four tokens in steps 8-11.
+    assert (first.t_first, first.t_last) == (1.0, 6.0)
+    assert (second.t_first, second.t_last) == (1.0, 11.0)
+    assert trace.tokens[:2] == [8, 1]
+    assert trace.tokens[6] == 5  # 4 prompt tokens + 1 output recomputed
+    assert second.n_out == 6
+
+
+def test_a_request_larger_than_the_cache_is_an_error() -> None:
+    with pytest.raises(SimulationError, match="KV blocks"):
+        simulate([Arrival(0.0, 40, 2)], Knobs(8, 2048, kv_blocks=2, block_size=4), model(1.0))
+
+
+def test_stream_interval_groups_tokens_into_chunks() -> None:
+    (r,) = simulate([Arrival(0.0, 10, 10)], Knobs(8, 2048, stream_interval=4), model(1.0))
+    # first token at once, then every 4 tokens, the last when it finishes
+    assert r.chunk_times == [1.0, 5.0, 9.0, 10.0]
+    assert r.tpot_s == pytest.approx(1.0)
+
+
+def test_closed_loop_sends_the_next_request_when_one_finishes() -> None:
+    first, more = closed_loop(2, 4, cycled([(10, 2)]), seed=1)
+    recs = simulate(first, Knobs(8, 2048), model(1.0), on_finish=more)
+    assert len(recs) == 4
+    assert sorted(r.t_sched for r in recs) == [0.0, 0.0, 2.0, 2.0]
+
+
+def test_poisson_arrivals_follow_the_load_clients_schedule() -> None:
+    arr = poisson(5.0, 100, FIXED, seed=3)
+    assert [a.t_s for a in arr] == arrival_offsets(100, 5.0, 3)
+    assert all((a.n_in, a.n_out) == (128, 64) for a in arr)
+
+
+TRUE = model(base=0.02, token=0.0002, seq=0.0008, kpair=0.000002, overhead=0.03)
+
+
+def scripted_points(step: StepModel, knobs: Knobs, rates: tuple[float, ...]) -> list:
+    return [simulate(poisson(r, 400, FIXED, seed=int(r * 10)), knobs, step) for r in rates]
+
+
+def test_calibration_recovers_what_decides_the_step_time() -> None:
+    fit = calibrate(scripted_points(TRUE, Knobs(128, 2048), (2.0, 6.0, 10.0)))
+    assert fit.fit_rel_rms is not None and fit.fit_rel_rms < 0.05
+    assert fit.base_s == pytest.approx(TRUE.base_s, rel=0.1)
+    assert fit.overhead_s == pytest.approx(TRUE.overhead_s, rel=0.15)
+    # a full batch's step, what the capacity depends on, is right within a few per cent
+    b, ctx = 100, 160
+    assert fit.step_s(b, b, b * ctx / 1000) == pytest.approx(
+        TRUE.step_s(b, b, b * ctx / 1000), rel=0.05
+    )
+
+
+@pytest.mark.parametrize(
+    "knobs", [Knobs(16, 2048), Knobs(32, 256), Knobs(256, 8192), Knobs(128, 2048, False)]
+)
+def test_a_calibrated_model_predicts_knobs_it_was_not_fitted_on(knobs: Knobs) -> None:
+    fit = calibrate(scripted_points(TRUE, Knobs(128, 2048), (2.0, 6.0, 10.0)))
+    slos = parse_slos(["ttft=2s"])
+    truth = predict(TRUE, knobs, FIXED, slos, 0.01, "rate", mean_lengths=(128, 64))
+    guess = predict(fit, knobs, FIXED, slos, 0.01, "rate", mean_lengths=(128, 64))
+    assert truth.load is not None and guess.load is not None
+    assert guess.tokens_per_s == pytest.approx(truth.tokens_per_s, rel=0.05)
+
+
+def test_idle_requests_give_the_overhead_and_busy_ones_do_not() -> None:
+    recs = simulate(
+        [Arrival(0.0, 100, 4), Arrival(0.05, 100, 4), Arrival(10.0, 50, 4)],
+        Knobs(8, 2048),
+        model(0.01, 0.001, overhead=0.005),
+    )
+    idle = idle_observations(recs)
+    assert [o.tokens for o in idle] == [100.0, 50.0]  # the second arrived mid-flight
+    assert all(o.overhead == 1.0 for o in idle)
+    assert idle[0].duration_s == pytest.approx(0.115)
+    dec = decode_observations(recs)
+    assert len(dec) == 3
+    # the first request's decode interval holds the second one's prefill
+    assert dec[0].tokens >= 100
+
+
+def test_fit_needs_enough_observations() -> None:
+    with pytest.raises(FitError):
+        fit_steps([Observation(1.0, 1, 1, 1, 0)])
+
+
+def test_fit_of_exact_observations_is_exact() -> None:
+    rng = random.Random(0)
+    obs = []
+    for _ in range(30):
+        steps, tok, seq, kp = (
+            rng.randint(1, 9),
+            rng.randint(1, 900),
+            rng.randint(1, 50),
+            rng.random(),
+        )
+        obs.append(
+            Observation(
+                TRUE.step_s(tok, seq, kp) - TRUE.base_s + steps * TRUE.base_s, steps, tok, seq, kp
+            )
+        )
+    fit = fit_steps(obs)
+    assert fit.per_token_s == pytest.approx(TRUE.per_token_s, rel=1e-6)
+    assert fit.per_seq_s == pytest.approx(TRUE.per_seq_s, rel=1e-6)
+    assert fit.fit_rel_rms == pytest.approx(0.0, abs=1e-9)
+
+
+def test_the_interval_holds_the_run_to_run_spread() -> None:
+    slos = parse_slos(["ttft=2s"])
+    plain = predict(TRUE, Knobs(128, 2048), FIXED, slos, 0.01, "rate", mean_lengths=(128, 64))
+    wide = predict(
+        TRUE,
+        Knobs(128, 2048),
+        FIXED,
+        slos,
+        0.01,
+        "rate",
+        mean_lengths=(128, 64),
+        spread=Spread(run_to_run=0.15, model=0.08),
+    )
+    assert wide.tokens_per_s == pytest.approx(plain.tokens_per_s)
+    rel = (0.15**2 + 0.08**2) ** 0.5
+    assert wide.low == pytest.approx(plain.tokens_per_s * (1 - rel))
+    assert wide.high is not None and wide.high == pytest.approx(plain.tokens_per_s * (1 + rel))
+    assert plain.low > wide.low
+    assert wide.spread_run_to_run == 0.15
+
+
+def test_a_prediction_is_judged_like_a_measured_trial() -> None:
+    slos = parse_slos(["ttft=2s"])
+    p = predict(TRUE, Knobs(128, 2048), FIXED, slos, 0.01, "rate", mean_lengths=(128, 64))
+    assert p.load is not None and p.censored == "none"
+    assert p.binding == "ttft@p99"
+    held = [q for q in p.points if q.holds]
+    broke = [q for q in p.points if not q.holds]
+    assert held and broke
+    assert max(q.load for q in held) <= p.load <= min(q.load for q in broke)
+    assert p.at_capacity is not None and p.at_capacity.ttft_ms_p99 is not None
+    assert p.at_capacity.ttft_ms_p99 <= 2000.0
+    # the score is the rate times the output tokens per request (the open-loop window)
+    assert p.tokens_per_s == pytest.approx(p.load * 64, rel=0.02)
+
+
+def test_closed_loop_prediction_is_a_concurrency() -> None:
+    slos = parse_slos(["ttft=2s"])
+    p = predict(TRUE, Knobs(128, 2048), FIXED, slos, 0.01, "concurrency", mean_lengths=(128, 64))
+    assert p.load_kind == "concurrency" and p.load is not None
+    assert all(q.load == int(q.load) for q in p.points)

@@ -1,0 +1,103 @@
+"""A build's step model, fitted from the per-request records of its measured points.
+
+No engine series is needed: the records the load client writes say enough.
+
+- **A decoding request is in every step.** From its first token to its last, request ``i``
+  takes part in each of the ``n_out - 1`` steps that produce its other tokens, so
+  ``t_last - t_first`` is the sum of those steps' times. What the steps computed is read off
+  the other requests' records over the same interval: each request ``j`` decoding beside it
+  adds the tokens it produced in the overlap (its own token rate times the overlap), each one
+  attending to its prompt and the tokens before it, and each request whose first token came
+  inside the interval adds its prompt (prefilled in the step that gave its first token). The
+  sum of the step formula over those steps is linear in the coefficients: one observation per
+  request.
+- **An idle server shows the overhead.** A request sent while no other was in flight waits for
+  nothing but its own prefill step: its TTFT is ``overhead_s`` plus one step of ``n_in``
+  tokens. Those requests (every request of a concurrency-1 sweep, a few at light load) are
+  observations with the overhead column set.
+
+Both kinds go to ``steptime.fit_steps`` together.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from probes.records import RequestRecord
+from tuner.servemodel.steptime import Observation, StepModel, attention_pairs, fit_steps
+
+MIN_DECODE_TOKENS = 3  # a request with fewer output tokens spans too few steps to say much
+
+
+def decode_observations(records: Sequence[RequestRecord]) -> list[Observation]:
+    """One observation per completed request with at least ``MIN_DECODE_TOKENS`` outputs."""
+    ok = [r for r in records if r.ok and r.n_out >= 1 and r.n_prompt]
+    if not ok:
+        return []
+    tf = np.array([r.t_first for r in ok])
+    tl = np.array([r.t_last for r in ok])
+    nin = np.array([float(r.n_prompt or 0) for r in ok])
+    nout = np.array([float(r.n_out) for r in ok])
+    span = tl - tf
+    rate = np.where(span > 0, (nout - 1) / np.where(span > 0, span, 1.0), 0.0)
+    out: list[Observation] = []
+    for i in np.nonzero((nout >= MIN_DECODE_TOKENS) & (span > 0))[0]:
+        lo, hi = tf[i], tl[i]
+        overlap = np.clip(np.minimum(hi, tl) - np.maximum(lo, tf), 0.0, None)
+        decoded = overlap * rate  # tokens each request produced inside i's interval
+        # each such token attends to its prompt and the outputs before it (taken mid-overlap)
+        mid = np.maximum(lo, tf) + overlap / 2.0
+        ctx = nin + 1.0 + (mid - tf) * rate
+        prefilled = (tf > lo) & (tf <= hi)
+        p_tokens = nin[prefilled]
+        kpairs = float((decoded * ctx).sum() + sum(attention_pairs(0, int(p)) for p in p_tokens))
+        out.append(
+            Observation(
+                duration_s=float(span[i]),
+                steps=float(nout[i] - 1),
+                tokens=float(decoded.sum() + p_tokens.sum()),
+                seqs=float(decoded.sum() + prefilled.sum()),
+                kpairs=kpairs / 1000.0,
+            )
+        )
+    return out
+
+
+def idle_observations(records: Sequence[RequestRecord]) -> list[Observation]:
+    """A TTFT observation for each request sent while no other request was in flight."""
+    ok = [r for r in records if r.ok and r.n_prompt]
+    if not ok:
+        return []
+    ok.sort(key=lambda r: r.t_sched)
+    out: list[Observation] = []
+    busy_until = -np.inf
+    for r in ok:
+        if r.t_sched > busy_until:
+            n = int(r.n_prompt or 0)
+            out.append(
+                Observation(
+                    duration_s=r.ttft_s,
+                    steps=1.0,
+                    tokens=float(n),
+                    seqs=1.0,
+                    kpairs=attention_pairs(0, n) / 1000.0,
+                    overhead=1.0,
+                )
+            )
+        busy_until = max(busy_until, r.t_end if np.isfinite(r.t_end) else r.t_last)
+    return out
+
+
+def calibrate(points: Sequence[Sequence[RequestRecord]]) -> StepModel:
+    """The step model of one build from the records of its measured points.
+
+    Raises:
+        steptime.FitError: too few usable requests.
+    """
+    obs: list[Observation] = []
+    for records in points:
+        obs += decode_observations(records)
+        obs += idle_observations(records)
+    return fit_steps(obs)

@@ -1,0 +1,128 @@
+"""The time of one engine step, and its fit from measurements.
+
+An engine step (one forward pass of the continuous batch, with scheduling, sampling and output
+processing around it) takes
+
+    step_s = base_s + per_token_s * tokens + per_seq_s * seqs + per_kpair_s * pairs / 1000
+
+where ``tokens`` are the tokens computed in the step (prefill chunks and one per decoding
+sequence), ``seqs`` the sequences in it and ``pairs`` the attention work: each computed token
+attends to every token before it in its sequence, so a chunk of ``q`` tokens after ``c``
+computed ones adds ``q * c + q * (q + 1) / 2`` pairs. A request's first token also waits
+``overhead_s`` outside the engine's steps (the HTTP front end, tokenising, the first chunk's
+way back), a constant of the build.
+
+The coefficients are non-negative and fitted by least squares on relative error (each
+observation divided by its own duration, so long and short observations count alike) with
+scipy's NNLS: the model is linear in them, whatever the observations are (sums of many steps,
+or one step).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict
+from scipy.optimize import nnls
+
+COLUMNS = ("steps", "tokens", "seqs", "kpairs", "overhead")
+
+
+def attention_pairs(computed: int, new: int) -> float:
+    """Attention pairs of a chunk of ``new`` tokens after ``computed`` ones in one sequence."""
+    return new * computed + new * (new + 1) / 2.0
+
+
+@dataclass(frozen=True)
+class Observation:
+    """A measured duration, and the sums of the step features it spans.
+
+    ``steps``: how many engine steps the duration spans; ``tokens``/``seqs``/``kpairs``: the
+    sums over those steps (kpairs in thousands of attention pairs); ``overhead``: 1 where the
+    duration includes the build's first-token overhead (a TTFT), else 0.
+    """
+
+    duration_s: float
+    steps: float
+    tokens: float
+    seqs: float
+    kpairs: float
+    overhead: float = 0.0
+    weight: float = 1.0
+
+    def row(self) -> list[float]:
+        return [self.steps, self.tokens, self.seqs, self.kpairs, self.overhead]
+
+
+class StepModel(BaseModel):
+    """One build's step time (seconds; see the module docstring)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    base_s: float
+    per_token_s: float
+    per_seq_s: float
+    per_kpair_s: float
+    overhead_s: float = 0.0
+    n_observations: int = 0
+    # Root mean square of the relative residuals of the fit (0.05: 5 %): how well the linear
+    # form fits this build's own observations.
+    fit_rel_rms: float | None = None
+
+    def step_s(self, tokens: float, seqs: float, kpairs: float) -> float:
+        return (
+            self.base_s
+            + self.per_token_s * tokens
+            + self.per_seq_s * seqs
+            + self.per_kpair_s * kpairs
+        )
+
+    def scaled(self, factor: float) -> StepModel:
+        """Every step ``factor`` times as long (a build predicted from another one)."""
+        return self.model_copy(
+            update={
+                "base_s": self.base_s * factor,
+                "per_token_s": self.per_token_s * factor,
+                "per_seq_s": self.per_seq_s * factor,
+                "per_kpair_s": self.per_kpair_s * factor,
+            }
+        )
+
+
+class FitError(ValueError):
+    """Too few or degenerate observations to fit a step model."""
+
+
+def fit_steps(observations: Sequence[Observation]) -> StepModel:
+    """The non-negative least-squares step model of ``observations`` (relative error).
+
+    Raises:
+        FitError: fewer than 3 usable observations, or none that span a step.
+    """
+    obs = [
+        o
+        for o in observations
+        if o.duration_s > 0 and math.isfinite(o.duration_s) and o.steps >= 0 and o.weight > 0
+    ]
+    if len(obs) < 3 or not any(o.steps > 0 for o in obs):
+        raise FitError(f"a step model needs at least 3 observations of steps; got {len(obs)}")
+    a = np.array([o.row() for o in obs], dtype=float)
+    y = np.array([o.duration_s for o in obs], dtype=float)
+    w = np.sqrt(np.array([o.weight for o in obs], dtype=float)) / y
+    # Columns scaled to a common size so NNLS is well conditioned; unscaled after.
+    scale = np.maximum(np.abs(a).max(axis=0), 1e-12)
+    coef, _ = nnls(a * w[:, None] / scale, y * w)
+    coef = coef / scale
+    rel = (a @ coef - y) / y
+    return StepModel(
+        base_s=float(coef[0]),
+        per_token_s=float(coef[1]),
+        per_seq_s=float(coef[2]),
+        per_kpair_s=float(coef[3]),
+        overhead_s=float(coef[4]),
+        n_observations=len(obs),
+        fit_rel_rms=float(np.sqrt(np.mean(rel**2))),
+    )
