@@ -14,7 +14,16 @@ from typing import Any, Literal
 
 from probes.exactness import Exactness
 from probes.workload import SyntheticWorkload
-from tuner.report import Report, SLOReport, Timing, dump_json, write_atomic
+from tuner.model_errors import model_errors
+from tuner.report import (
+    Report,
+    ServingModelReport,
+    SLOReport,
+    Timing,
+    dump_json,
+    write_atomic,
+)
+from tuner.servemodel.spreads import RUN_TO_RUN, TRANSFER_SPREAD
 from tuner.state import RunState
 
 RunStatus = Literal["complete", "interrupted", "failed"]
@@ -102,6 +111,22 @@ def assemble(
         ),
         notes=st.notes,
         error=error,
+        screened=st.screened,
+        serving_model=serving_model_report(st),
+    )
+
+
+def serving_model_report(st: RunState) -> ServingModelReport | None:
+    """What the serving model screened and its error, where it predicted anything."""
+    predicted = [t.number for t in st.measured() if t.predicted is not None]
+    if not st.screened and not predicted:
+        return None
+    return ServingModelReport(
+        screened=st.screened,
+        predicted_trials=predicted,
+        errors=model_errors(st.measured()),
+        run_to_run_spread=RUN_TO_RUN,
+        transfer_spread=TRANSFER_SPREAD,
     )
 
 

@@ -149,6 +149,14 @@ def tune_cmd(
         str | None,
         typer.Option(help="a pre-quantised checkpoint of --model the quantisation stage may try"),
     ] = None,
+    serving_model: Annotated[
+        bool,
+        typer.Option(
+            "--serving-model/--no-serving-model",
+            help="let the serving model, calibrated on the measured builds, choose what the "
+            "batching stage measures (off: Optuna's sampler alone)",
+        ),
+    ] = True,
     accept_divergence: Annotated[
         bool,
         typer.Option(
@@ -249,6 +257,7 @@ def tune_cmd(
             eagle_model=eagle_model,
             quantized_model=quantized_model,
             accept_divergence=accept_divergence,
+            serving_model=serving_model,
             endpoint=endpoint,
             served_model=served_model,
             tokenizer=tokenizer,

@@ -28,6 +28,15 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 Scalar = str | int | float | bool
+# The scheduler parameters the serving model simulates (tuner/servemodel/configs.py).
+SIM_PARAMS = (
+    "max_num_seqs",
+    "max_num_batched_tokens",
+    "enable_chunked_prefill",
+    "kv_cache_gib",
+    "stream_interval",
+    "long_prefill_threshold",
+)
 
 
 class Emit(BaseModel):
@@ -85,6 +94,13 @@ class Knob(BaseModel):
     json_key: str | None = None
     when: dict[str, list[Scalar]] = {}  # exists only when earlier knobs have these values
     min_gpus: int = 0  # the knob applies only with at least this many GPUs
+    # The serving model (tuner/servemodel/) simulates this knob as the scheduler parameter
+    # named here (one of servemodel.configs.SIM_PARAMS); a knob without it changes the build
+    # (kernels, threads, front end), whose step times are fitted, not simulated. ``sim_build``:
+    # simulated, and its value changes the step times too (stream_interval: coarser chunks, and
+    # less front-end work per step).
+    sim: str | None = None
+    sim_build: bool = False
 
     @model_validator(mode="after")
     def _check(self) -> Knob:
@@ -110,6 +126,13 @@ class Knob(BaseModel):
             )
         if bool(self.json_arg) != bool(self.json_key):
             raise ValueError(f"knob {self.name}: json_arg and json_key go together")
+        if self.sim is not None and self.sim not in SIM_PARAMS:
+            raise ValueError(
+                f"knob {self.name}: sim {self.sim!r} is not a simulated parameter; known: "
+                + ", ".join(SIM_PARAMS)
+            )
+        if self.sim_build and self.sim is None:
+            raise ValueError(f"knob {self.name}: sim_build needs sim")
         if self.flag_false and self.type != "bool":
             raise ValueError(f"knob {self.name}: flag_false is for bool knobs only")
         # `default` is the engine's own value and may lie outside the searched range.

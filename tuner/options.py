@@ -70,6 +70,9 @@ class TuneOptions(BaseModel):
     space_file: Path | None = None
     stages: list[str] | None = None  # force this subset of stages (None: the probe's plan)
     probe: bool = True  # diagnose on the baseline server first
+    # The serving model (tuner/guide.py) chooses what a stage with simulated knobs measures;
+    # off: Optuna's sampler over the space's candidates, as before the model existed.
+    serving_model: bool = True
     # The recommendation is confirmed with every latency SLO at most (1 - headroom) x its limit,
     # so that another client, a longer run or a noisy neighbour still sees the SLO hold.
     headroom: float = Field(0.10, ge=0, lt=1)

@@ -54,6 +54,27 @@ class PointReport(Strict):
     side_by_side: bool = False  # measured in a side-by-side repeat against another config
 
 
+class PredictedReport(Strict):
+    """The serving model's prediction for a trial, made before it was measured
+    (tuner/guide.py), and what it predicted at the load the trial was then measured at."""
+
+    basis: Literal["calibrated", "transferred"]  # its build's own fit, or the nearest build's
+    build_trials: list[int]  # the measured trials the step model was fitted on
+    load: float | None  # the predicted capacity (None: no load meets the SLOs)
+    load_low: float | None = None
+    load_high: float | None = None
+    tokens_per_s: float
+    low: float
+    high: float | None
+    ttft_ms_p99: float | None = None  # at the predicted capacity
+    tpot_ms_p50: float | None = None
+    # At the load of the trial's measured figures (``metrics``), simulated after it ran, with
+    # the step model it was predicted with: predicted and measured at the same load.
+    at_load: float | None = None
+    ttft_ms_p99_at_load: float | None = None
+    tpot_ms_p50_at_load: float | None = None
+
+
 class TrialReport(Strict):
     number: int  # 0 is the baseline
     stage: str  # "baseline" or the stage name
@@ -82,6 +103,7 @@ class TrialReport(Strict):
     quality: QualityCheck | None = None  # where a quantisation knob is not the default
     exactness: Exactness | None = None  # where speculative decoding is on
     rejected: str | None = None  # why an ok trial may not be recommended
+    predicted: PredictedReport | None = None  # the serving model's, before it was measured
 
 
 class ContrastReport(Strict):
@@ -174,6 +196,18 @@ class Timing(Strict):
     other_s: float
 
 
+class ServingModelReport(Strict):
+    """The serving model over the run (tuner/guide.py): what it screened, how sure it says it
+    is, and its error against every measured trial it predicted."""
+
+    screened: int
+    predicted_trials: list[int]  # trials measured with a prediction made before they ran
+    # per metric ("capacity", "ttft_p99", "tpot_p50"): median and worst |pred / meas - 1|, n
+    errors: dict[str, dict[str, float]]
+    run_to_run_spread: float  # the fresh-start spread every interval includes
+    transfer_spread: float  # added for a build predicted from another build's step model
+
+
 class Report(Strict):
     schema_version: int = SCHEMA_VERSION
     run_id: str
@@ -210,6 +244,8 @@ class Report(Strict):
     notes: list[str] = []
     error: str | None = None
     rescored: Rescored | None = None  # set on a re-score (autotune report RUN_DIR --slo)
+    screened: int = 0  # configurations the serving model predicted without starting them
+    serving_model: ServingModelReport | None = None
 
 
 def _umask() -> int:

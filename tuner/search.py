@@ -38,7 +38,7 @@ from optuna.trial import TrialState
 
 from tuner.knob import Knob
 from tuner.shared import fail_stale, heartbeat
-from tuner.space import Stage
+from tuner.space import Stage, is_active
 
 optuna.logging.set_verbosity(logging.WARNING)
 
@@ -136,6 +136,7 @@ def run_stage(
     should_stop: Callable[[], str | None] = lambda: None,
     refuse: Callable[[dict[str, Any]], str | None] = lambda p: None,
     claim: Callable[[], Slot | None] | None = None,
+    propose: Callable[[set[tuple]], dict[str, Any] | str | None] | None = None,
     max_repeats: int = 4,
     max_refusals: int = 25,
 ) -> StageResult:
@@ -152,6 +153,11 @@ def run_stage(
             or None; a refused one is told to Optuna as failed and never started.
         claim: in a shared study, one of the stage's trials across all workers (None: none
             left); a configuration is started only with one held.
+        propose: the serving model's choice (tuner/guide.py): given the keys of the
+            configurations tried so far, the next one to measure (enqueued, so Optuna records
+            it as its own trial), or why none is worth a start (the stage stops), or None: the
+            sampler's own. With it, the space's candidates are the guide's to rank, not
+            enqueued first.
     """
     dists = {k.name: distribution(k) for k in stage.knobs}
     study, created = open_study(storage, study_name or stage.name, seed)
@@ -172,11 +178,11 @@ def run_stage(
                 )
             )
         result.outcomes.append((params, outcome))
-    if created:
+    if created and propose is None:
         for cand in stage.candidates:
             study.enqueue_trial(cand, skip_if_exists=True)
 
-    seen: dict[tuple, Outcome] = {_key(p): o for p, o in result.outcomes}
+    seen: dict[tuple, Outcome] = {config_key(p): o for p, o in result.outcomes}
     repeats = 0
     slot: Slot | None = None
     while result.started < n_trials:
@@ -187,11 +193,21 @@ def run_stage(
         if claim is not None and slot is None and (slot := claim()) is None:
             result.stopped_because = "every trial of the stage is taken (the workers share them)"
             break
+        if propose is not None:
+            nxt = propose(set(seen))
+            if isinstance(nxt, str):
+                result.stopped_because = nxt
+                if slot is not None:
+                    slot.release()
+                    slot = None
+                break
+            if nxt is not None:
+                study.enqueue_trial(nxt)
         trial = study.ask()
         if slot is not None:
             slot.hold(trial)
         params = _sample(trial, stage, dists)
-        key = _key(params)
+        key = config_key(params)
         if key not in seen and (other := _measured_elsewhere(study, trial, params)) is not None:
             seen[key] = other  # another worker's measurement, or one still running
         if key in seen:
@@ -253,9 +269,16 @@ def _measured_elsewhere(
 
 def _sample(trial: optuna.Trial, stage: Stage, dists: dict[str, BaseDistribution]) -> dict:
     """Define-by-run: each knob is sampled only where its ``when`` condition holds."""
+    return _sample_knobs(trial, stage.knobs, dists)
+
+
+def _sample_knobs(
+    trial: optuna.Trial, knobs: list[Knob], dists: dict[str, BaseDistribution]
+) -> dict[str, Any]:
+    """Each of ``knobs`` sampled where its ``when`` condition holds (on the values so far)."""
     params: dict[str, Any] = {}
-    for knob in stage.knobs:
-        if knob not in stage.active(params):
+    for knob in knobs:
+        if not is_active(knob, params):
             continue
         d = dists[knob.name]
         if isinstance(d, IntDistribution):
@@ -277,5 +300,6 @@ def _valid(knobs: dict[str, Knob], params: dict[str, Any]) -> bool:
     return True
 
 
-def _key(params: dict[str, Any]) -> tuple:
+def config_key(params: dict[str, Any]) -> tuple:
+    """A configuration's identity: its knob values, order aside."""
     return tuple(sorted((k, repr(v)) for k, v in params.items()))

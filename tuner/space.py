@@ -78,18 +78,18 @@ class Stage(BaseModel):
 
     def active(self, params: dict[str, Any]) -> list[Knob]:
         """The knobs that exist given ``params`` (``when`` conditions), in order."""
-        return [k for k in self.knobs if _active(k, params)]
+        return [k for k in self.knobs if is_active(k, params)]
 
     def defaults(self) -> dict[str, Any]:
         """The engine's own values of this stage's knobs that exist under those values."""
         out: dict[str, Any] = {}
         for k in self.knobs:
-            if _active(k, out):
+            if is_active(k, out):
                 out[k.name] = k.default
         return out
 
 
-def _active(knob: Knob, params: dict[str, Any]) -> bool:
+def is_active(knob: Knob, params: dict[str, Any]) -> bool:
     return all(params.get(name) in values for name, values in knob.when.items())
 
 
@@ -163,6 +163,9 @@ class SearchSpace(BaseModel):
     common: Baseline = Field(default_factory=Baseline)
     stages: list[Stage]
     rules: list[Rule] = []
+    # The engine's KV cache block (tokens) on this device, for the serving model's cache
+    # (vLLM: 128 on the CPU backend, 16 on CUDA).
+    kv_block_size: int = Field(default=16, ge=1)
 
     def broken_rule(self, params: dict[str, Any], ctx: dict[str, Any]) -> str | None:
         """Why the engine would refuse ``params`` at start-up, or None (``rules``)."""

@@ -86,6 +86,7 @@ class RunState:
     notes: list[str] = field(default_factory=list)
     diagnosis: Diagnosis | None = None
     probe_s: float = 0.0
+    screened: int = 0  # configurations the serving model predicted (tuner/guide.py)
 
     @property
     def quality_limit(self) -> float:

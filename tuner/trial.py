@@ -27,7 +27,7 @@ from tuner.engines.base import EngineDied, EngineStartError, RunningServer, rais
 from tuner.estimate import CapacityEstimate, Samples
 from tuner.gate_steps import GateSteps
 from tuner.measure import point_line, write_records
-from tuner.report import PointReport, TrialReport, dump_json, write_atomic
+from tuner.report import PointReport, PredictedReport, TrialReport, dump_json, write_atomic
 from tuner.scoring import abandon_reason, under_capacity
 from tuner.scoring import describe as describe_estimate
 from tuner.space import found_in_log
@@ -44,9 +44,17 @@ class Evaluator:
         self.gates = GateSteps(st)
 
     # ------------------------------------------------------------ a whole trial
-    def evaluate(self, number: int, stage: str, params: dict[str, Any]) -> TrialReport:
+    def evaluate(
+        self,
+        number: int,
+        stage: str,
+        params: dict[str, Any],
+        predicted: PredictedReport | None = None,
+    ) -> TrialReport:
         """Start one configuration, find its capacity, stop it. Never raises for engine
-        trouble. Resumed, a trial that finished before comes back from its checkpoint."""
+        trouble. Resumed, a trial that finished before comes back from its checkpoint.
+        ``predicted``: the serving model's prediction, kept on the record; its capacity is
+        where the capacity search starts where the model was calibrated on this build."""
         st = self.st
         if st.replay is not None and (cp := st.replay.take(number, stage, params)):
             trial = checkpoint.restore(st, cp)
@@ -70,6 +78,7 @@ class Evaluator:
             launch_command=spec.argv if spec else [],
             status="failed",
             log_file=str(tdir / "server.log") if spec else None,
+            predicted=predicted,
         )
         t_start = time.monotonic()
         shown = " ".join(f"{k}={v}" for k, v in params.items()) or "engine defaults"
@@ -116,7 +125,7 @@ class Evaluator:
         st = self.st
         assert st.measurer is not None
         baseline = trial.stage == "baseline"
-        start = self.start_load(best)
+        start = self.start_load(best, trial.predicted)
         quantised = not baseline and st.space and st.space.changed("quantisation", trial.params)
         # Before the warm-up, so that a configuration too slow to time still gets its quality
         # figure (bounded by tuner.gates.QUALITY_BUDGET_S).
@@ -219,11 +228,17 @@ class Evaluator:
             and any(t.number == 0 for t in st.measured())
         )
 
-    def start_load(self, best: TrialReport | None) -> float:
-        """Where a capacity search starts: the best configuration's capacity (so two are
-        compared at the same load first); for the first, the start option, or under the rate
-        model what the probe's load point sustained."""
+    def start_load(
+        self, best: TrialReport | None, predicted: PredictedReport | None = None
+    ) -> float:
+        """Where a capacity search starts: the capacity the serving model predicted, where it
+        was calibrated on this configuration's build (a well-predicted trial then needs few
+        points); else the best configuration's capacity (so two are compared at the same load
+        first); for the first, the start option, or under the rate model what the probe's
+        load point sustained."""
         st = self.st
+        if predicted is not None and predicted.basis == "calibrated" and predicted.load:
+            return st.axis.floor(predicted.load)
         if best is not None and (x := st.load_of(best)) is not None:
             return st.axis.floor(x)
         if st.axis.kind == "concurrency":

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from tuner.search import Outcome, run_stage
+from tuner.search import Outcome, config_key, run_stage
 from tuner.space import Stage
 
 STAGE = Stage.model_validate(
@@ -76,3 +76,48 @@ def test_refused_configurations_are_never_started_nor_counted(tmp_path: Path) ->
     assert all(p.get("k", 0) <= 4 for p in started)
     assert result.started == len(started)
     assert all(why == "k over 4" for _, why in result.refused)
+
+
+def test_a_proposer_chooses_what_is_measured_and_can_stop_the_stage(tmp_path: Path) -> None:
+    started: list[dict[str, Any]] = []
+    asked: list[set[tuple]] = []
+    plan: list[dict[str, Any] | str] = [{"method": "ngram", "k": 7}, {"method": "ngram", "k": 2}]
+
+    def evaluate(params: dict[str, Any]) -> Outcome:
+        started.append(params)
+        return Outcome("ok", float(params["k"]), -0.1)
+
+    def propose(tried: set[tuple]) -> dict[str, Any] | str | None:
+        asked.append(set(tried))
+        return plan.pop(0) if plan else "the model expects nothing better"
+
+    result = run_stage(
+        STAGE,
+        evaluate,
+        storage=tmp_path / "j.log",
+        n_trials=5,
+        seed=0,
+        known=[({"method": "none"}, Outcome("ok", 0.5, -0.1))],
+        propose=propose,
+    )
+    # the proposals, in order, not the space's candidate (k=3) nor the sampler's
+    assert started == [{"method": "ngram", "k": 7}, {"method": "ngram", "k": 2}]
+    assert result.stopped_because == "the model expects nothing better"
+    assert result.started == 2
+    # each call is told what was tried before it
+    assert asked[0] == {config_key({"method": "none"})}
+    assert config_key({"method": "ngram", "k": 7}) in asked[1]
+
+
+def test_a_proposer_with_nothing_to_say_leaves_the_choice_to_the_sampler(tmp_path: Path) -> None:
+    started: list[dict[str, Any]] = []
+
+    def evaluate(params: dict[str, Any]) -> Outcome:
+        started.append(params)
+        return Outcome("ok", 1.0, -0.1)
+
+    result = run_stage(
+        STAGE, evaluate, storage=tmp_path / "j.log", n_trials=3, seed=0, propose=lambda t: None
+    )
+    assert result.started == 3 == len(started)
+    assert result.stopped_because == "trial budget reached (3)"

@@ -225,3 +225,38 @@ def test_closed_loop_prediction_is_a_concurrency() -> None:
     p = predict(TRUE, Knobs(128, 2048), FIXED, slos, 0.01, "concurrency", mean_lengths=(128, 64))
     assert p.load_kind == "concurrency" and p.load is not None
     assert all(q.load == int(q.load) for q in p.points)
+
+
+@pytest.mark.parametrize(
+    "knobs",
+    [
+        Knobs(128, 2048),
+        Knobs(8, 64, stream_interval=4),
+        Knobs(64, 512, kv_blocks=40, block_size=16, stream_interval=8),
+        Knobs(32, 8192, enable_chunked_prefill=False),
+    ],
+)
+def test_fast_forward_gives_the_records_of_stepping_one_at_a_time(knobs: Knobs) -> None:
+    rng = random.Random(5)
+    lengths = [(rng.randint(10, 300), rng.randint(1, 90)) for _ in range(50)]
+    arrivals = poisson(6.0, 200, cycled(lengths), seed=9)
+    step = model(base=0.01, token=0.0002, seq=0.0005, kpair=0.00001, overhead=0.01)
+    slow_trace, fast_trace = StepTrace(), StepTrace()
+    slow = simulate(arrivals, knobs, step, fast=False, trace=slow_trace)
+    fast = simulate(arrivals, knobs, step, trace=fast_trace)
+    assert fast_trace.preemptions == slow_trace.preemptions
+    assert fast_trace.tokens == slow_trace.tokens
+    for a, b in zip(slow, fast, strict=True):
+        assert (a.index, a.n_out, a.n_prompt) == (b.index, b.n_out, b.n_prompt)
+        assert b.t_first == pytest.approx(a.t_first, abs=1e-9)
+        assert b.t_last == pytest.approx(a.t_last, abs=1e-9)
+        assert b.chunk_times == pytest.approx(a.chunk_times, abs=1e-9)
+
+
+def test_fast_forward_in_a_closed_loop() -> None:
+    step = model(base=0.01, token=0.0002, seq=0.0005, overhead=0.01)
+    first, more = closed_loop(16, 100, cycled([(128, 64), (40, 10)]), seed=2)
+    slow = simulate(first, Knobs(64, 2048), step, on_finish=more, fast=False)
+    first, more = closed_loop(16, 100, cycled([(128, 64), (40, 10)]), seed=2)
+    fast = simulate(first, Knobs(64, 2048), step, on_finish=more)
+    assert [r.t_last for r in fast] == pytest.approx([r.t_last for r in slow], abs=1e-9)

@@ -28,6 +28,7 @@ import numpy as np
 from probes.records import RequestRecord
 from tuner.servemodel.steptime import Observation, StepModel, attention_pairs, fit_steps
 
+IDLE_TOLERANCE_S = 1e-3
 MIN_DECODE_TOKENS = 3  # a request with fewer output tokens spans too few steps to say much
 
 
@@ -74,7 +75,8 @@ def idle_observations(records: Sequence[RequestRecord]) -> list[Observation]:
     out: list[Observation] = []
     busy_until = -np.inf
     for r in ok:
-        if r.t_sched > busy_until:
+        # a closed loop schedules the next request the moment the last one ended: idle too
+        if r.t_sched >= busy_until - IDLE_TOLERANCE_S:
             n = int(r.n_prompt or 0)
             out.append(
                 Observation(

@@ -167,6 +167,8 @@ def predict(
     basis: Basis = "calibrated",
     seed: int = 0,
     resamples: int = 100,
+    start: float | None = None,
+    resolution: float = RESOLUTION,
 ) -> Prediction:
     """The capacity of ``knobs`` under ``step``, judged as a measured trial is judged.
 
@@ -181,10 +183,13 @@ def predict(
         basis: how the step model was obtained (reported with the prediction).
         seed: the simulation's seed (a prediction is reproducible).
         resamples: the estimator's bootstrap resamples.
+        start: a load near the expected capacity (a similar configuration's), where the
+            bracket starts, with a smaller first step.
+        resolution: the bracket's relative width when the bisection stops.
     """
     sim = Simulator(step, knobs, lengths, slos, max_error_rate, kind, seed)
     try:
-        _bracket(sim, upper_bound(step, knobs, *mean_lengths))
+        _bracket(sim, upper_bound(step, knobs, *mean_lengths), start, resolution)
     except SimulationError:
         sim.samples.clear()
         sim.points.clear()
@@ -241,35 +246,42 @@ def predict(
     )
 
 
-def _bracket(sim: Simulator, bound: float) -> None:
-    """Simulate points until the crossing is bracketed within ``RESOLUTION``."""
+def _bracket(
+    sim: Simulator, bound: float, start: float | None = None, resolution: float = RESOLUTION
+) -> None:
+    """Simulate points until the crossing is bracketed within ``resolution``."""
     integer = sim.kind == "concurrency"
     if integer:
         bound = float(max(1, min(int(bound * 10), 4 * sim.knobs.max_num_seqs)))
     hi = bound if math.isfinite(bound) else 1000.0
     lo = 0.0
-    x = hi * 0.5 if not integer else max(1.0, math.floor(hi * 0.5))
+    up, down = 1.6, 0.4
+    x = hi * 0.5
+    if start is not None and 0 < start < hi:
+        x, up, down = start, 1.15, 0.85
+    if integer:
+        x = max(1.0, math.floor(x))
     # Find a load that holds and one that breaks.
     for _ in range(12):
         if sim.point(x).holds:
             lo = x
             if x >= hi:
                 hi = x * 2.0
-            x = min(x * 1.6, hi) if not integer else float(max(x + 1, min(math.floor(x * 1.6), hi)))
+            x = min(x * up, hi) if not integer else float(max(x + 1, min(math.floor(x * up), hi)))
             if lo >= hi:
                 break
         else:
             hi = x
             if lo > 0:
                 break
-            x = x * 0.4 if not integer else float(max(1, math.floor(x * 0.4)))
+            x = x * down if not integer else float(max(1, math.floor(x * down)))
             if integer and x == hi:
                 return
-        if lo > 0 and hi - lo <= RESOLUTION * hi:
+        if lo > 0 and hi - lo <= resolution * hi:
             return
     if lo == 0:
         return  # nothing held: the estimate says it is below the lowest load
-    while hi - lo > RESOLUTION * hi and (not integer or hi - lo > 1):
+    while hi - lo > resolution * hi and (not integer or hi - lo > 1):
         mid = (lo + hi) / 2.0 if not integer else float(math.floor((lo + hi) / 2.0))
         if sim.point(mid).holds:
             lo = mid

@@ -114,8 +114,13 @@ def simulate(
     on_finish: OnFinish | None = None,
     trace: StepTrace | None = None,
     max_steps: int = 2_000_000,
+    fast: bool = True,
 ) -> list[RequestRecord]:
     """Serve ``arrivals`` (and what ``on_finish`` adds) with ``knobs``; per-request records.
+
+    ``fast``: where every running request is decoding and nothing can join the batch, the
+    steps until the next arrival or finish are taken at once (``_fast_forward``); the result
+    is the same as stepping one at a time.
 
     Raises:
         SimulationError: a request that could never be scheduled (its prompt needs more KV
@@ -148,17 +153,30 @@ def simulate(
             r = _Req(len(reqs), a.t_s, a.n_in, a.n_out, min(a.cached_tokens, a.n_in - 1))
             reqs.append(r)
             waiting.append(r)
+        if fast and running and not (waiting and len(running) < knobs.max_num_seqs):
+            next_arrival = pending[0][0] if pending and len(running) < knobs.max_num_seqs else None
+            done = _fast_forward(running, knobs, step, t, next_arrival, free, trace)
+            if done is not None:
+                t, free, finished = done
+                steps += 1
+                for r in finished:
+                    running.remove(r)
+                    if on_finish is not None:
+                        for a in on_finish(t):
+                            push(a)
+                continue
         scheduled: list[tuple[_Req, int]] = []
         budget = knobs.max_num_batched_tokens
         preempted = False
         i = 0
         while i < len(running) and budget > 0:
             r = running[i]
-            new = r.length - r.computed
-            if 0 < knobs.long_prefill_threshold < new:
-                new = knobs.long_prefill_threshold
-            new = min(new, budget)
-            need = _blocks(r.computed + new, bs) - r.blocks
+            new = r.n_in + r.generated - r.computed
+            if new > 1:  # a prefill still going on (a decode asks for exactly one token)
+                if 0 < knobs.long_prefill_threshold < new:
+                    new = knobs.long_prefill_threshold
+                new = min(new, budget)
+            need = -(-(r.computed + new) // bs) - r.blocks
             fits = True
             while need > free:
                 victim = running.pop()
@@ -220,7 +238,11 @@ def simulate(
             t = max(t, pending[0][0])
             continue
         tokens = sum(n for _, n in scheduled)
-        kpairs = sum(attention_pairs(r.computed, n) for r, n in scheduled) / 1000.0
+        kpairs = (
+            sum(attention_pairs(r.computed, n) for r, n in scheduled) / 1000.0
+            if step.per_kpair_s
+            else 0.0
+        )
         t += step.step_s(tokens, len(scheduled), kpairs)
         steps += 1
         if steps > max_steps:
@@ -229,16 +251,17 @@ def simulate(
             trace.t_end.append(t)
             trace.tokens.append(tokens)
             trace.seqs.append(len(scheduled))
+        si = knobs.stream_interval
         for r, n in scheduled:
             r.computed += n
-            if r.computed < r.length:
+            if r.computed < r.n_in + r.generated:
                 continue  # a prefill chunk: no token yet
             r.generated += 1
             if r.generated == 1 and math.isnan(r.t_first):
                 r.t_first = t
                 r.chunks.append(t)
                 r.last_sent = 1
-            elif r.generated == r.n_out or r.generated - r.last_sent >= knobs.stream_interval:
+            elif r.generated == r.n_out or r.generated - r.last_sent >= si:
                 r.chunks.append(t)
                 r.last_sent = r.generated
             if r.generated >= r.n_out:
@@ -249,6 +272,71 @@ def simulate(
                     for a in on_finish(t):
                         push(a)
     return [_record(r) for r in reqs]
+
+
+def _fast_forward(
+    running: list[_Req],
+    knobs: Knobs,
+    step: StepModel,
+    t: float,
+    next_arrival: float | None,
+    free: float,
+    trace: StepTrace | None,
+) -> tuple[float, float, list[_Req]] | None:
+    """Decode-only steps of an unchanging batch, taken together: from ``t`` until the first
+    request finishes or, where one could join, the step that starts after ``next_arrival``.
+    Returns the time after them, the free KV blocks, and the requests that finished; None
+    where this batch cannot be fast-forwarded (a prefill in it, the budget too small, the
+    cache too small for two more steps)."""
+    n = len(running)
+    if n > knobs.max_num_batched_tokens:
+        return None
+    if any(r.computed != r.length - 1 or r.generated < 1 for r in running):
+        return None
+    k = min(r.n_out - r.generated for r in running)
+    if k < 2:
+        return None
+    ctx = sum(r.computed + 1 for r in running)  # attention pairs of the first step
+    ends: list[float] = []
+    now = t
+    fixed = step.base_s + (step.per_token_s + step.per_seq_s) * n
+    for j in range(k):
+        if next_arrival is not None and now >= next_arrival:
+            break
+        now += fixed + step.per_kpair_s * (ctx + j * n) / 1000.0
+        ends.append(now)
+    k = len(ends)
+    if k < 2:
+        return None
+    need = sum(_blocks(r.computed + k, knobs.block_size) - r.blocks for r in running)
+    if need > free:
+        return None
+    free -= need
+    finished: list[_Req] = []
+    si = knobs.stream_interval
+    for r in running:
+        r.blocks = _blocks(r.computed + k, knobs.block_size)
+        g0 = r.generated
+        r.computed += k
+        r.generated += k
+        # the chunks sent in these steps: every stream_interval tokens, and the last one
+        nxt = r.last_sent + si
+        while nxt <= r.generated:
+            r.chunks.append(ends[nxt - g0 - 1])
+            r.last_sent = nxt
+            nxt += si
+        if r.generated >= r.n_out:
+            if r.last_sent != r.generated:
+                r.chunks.append(ends[-1])
+                r.last_sent = r.generated
+            free += r.blocks
+            r.blocks = 0
+            finished.append(r)
+    if trace is not None:
+        trace.t_end += ends
+        trace.tokens += [n] * k
+        trace.seqs += [n] * k
+    return now, free, finished
 
 
 def _blocks(tokens: int, block_size: int) -> int:

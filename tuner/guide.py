@@ -1,0 +1,410 @@
+"""What the engine measures next: the serving model's choice, and its published error.
+
+Every start of the engine costs minutes, so within a stage the serving model
+(tuner/servemodel/) decides what is worth one:
+
+- **Calibrated builds.** Every build measured so far (the knobs that change kernels or the front
+  end: tuner/servemodel/configs.py) has a step model fitted on the records of its trials'
+  points. For each, an Optuna search on the model (tuner/screen.py) screens the simulated
+  knobs (batch limit, token budget, chunked prefill, KV cache), and its best setting becomes a
+  candidate with a ``calibrated`` prediction.
+- **Builds not measured yet** (the stage's hand-seeded candidates, then the best build with one
+  build knob changed) are predicted with the nearest calibrated build's step model, unscaled,
+  and marked ``transferred``: the weaker kind, with ``TRANSFER_SPREAD`` in its interval. A
+  new build costs one measured configuration to calibrate, and the progress line says so.
+- **The choice**: the candidate with the highest expected gain over the best measured score
+  (``expected_gain``: the prediction taken as normal, its model spread as the 90 % half-width),
+  if that gain is at least ``MIN_GAIN`` of the tie band; otherwise the stage stops, with the
+  number of candidates the model screened. A well-predicted configuration is thus measured
+  because the model ranks it well above the best, a transferred one because the model is
+  least sure of it.
+
+Each measured trial keeps the prediction it was chosen on (``TrialReport.predicted``), and,
+once measured, what the same step model predicts at the load its figures were measured at, so
+report.json can give the model's error per metric beside every measurement (``errors``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from scipy.stats import norm
+
+from tuner.knob import Knob
+from tuner.model_errors import model_errors
+from tuner.report import PredictedReport, TrialReport
+from tuner.rescore import read_records
+from tuner.screen import screen
+from tuner.search import config_key
+from tuner.servemodel.calibrate import calibrate
+from tuner.servemodel.configs import build_label, build_of, kv_bytes_per_token, sim_knobs
+from tuner.servemodel.load import Lengths, cycled
+from tuner.servemodel.predict import (
+    RESOLUTION,
+    Prediction,
+    Simulator,
+    Spread,
+    mean_of,
+    predict,
+)
+from tuner.servemodel.scheduler import SimulationError
+from tuner.servemodel.spreads import MODEL_SPREAD, RUN_TO_RUN, TRANSFER_SPREAD
+from tuner.servemodel.steptime import FitError, StepModel
+from tuner.space import SearchSpace, Stage
+
+if TYPE_CHECKING:
+    from tuner.state import RunState
+
+# A candidate is measured only if its expected gain is at least this share of the tie band
+# (times the best score): a prediction level with the best, and as sure as a calibrated one,
+# is not worth a start.
+MIN_GAIN = 0.5
+Z90 = 1.645  # the normal quantile of a 90 % two-sided interval
+SCREEN_TRIALS = 48  # candidates the model screens per calibrated build and proposal
+SCREEN_RESOLUTION = 0.03  # a screened candidate's capacity is bracketed this finely
+MIN_CALIBRATION_REQUESTS = 40
+
+
+@dataclass
+class BuildFit:
+    build: dict[str, Any]
+    step: StepModel
+    trials: list[int]
+    load: float | None = None  # the highest capacity measured on this build: where to start
+
+
+@dataclass
+class Candidate:
+    params: dict[str, Any]  # the stage's knobs
+    prediction: Prediction
+    basis: str
+    build_trials: list[int]
+
+    @property
+    def optimistic(self) -> float:
+        return math.inf if self.prediction.high is None else self.prediction.high
+
+
+@dataclass
+class Guide:
+    """The serving model over one run (see the module docstring)."""
+
+    st: RunState
+    _screened: set[tuple] = field(default_factory=set)  # every configuration predicted
+    _fits: dict[str, BuildFit] = field(default_factory=dict)
+    _fit_keys: dict[str, tuple] = field(default_factory=dict)
+    _lengths: list[tuple[int, int]] | None = None
+    _pending: StepModel | None = None  # the step model of the trial being measured
+    _chosen: tuple[dict[str, Any], Candidate] | None = None  # the last proposal (full params)
+    # predictions by (the step model's trials and points, the configuration, resamples)
+    _cache: dict[tuple, Candidate | None] = field(default_factory=dict)
+
+    @property
+    def screened(self) -> int:
+        """Distinct configurations the model has predicted (screened) so far."""
+        return len(self._screened)
+
+    @property
+    def space(self) -> SearchSpace:
+        assert self.st.space is not None
+        return self.st.space
+
+    # ------------------------------------------------------------ calibration
+    def lengths(self) -> list[tuple[int, int]] | None:
+        """The (prompt, output) tokens the run's requests had, from the first measured ones."""
+        if self._lengths is None:
+            for t in self.st.measured():
+                for p in t.points:
+                    recs = [r for r in self._records(p.records_file) if r.ok and r.n_prompt]
+                    if recs:
+                        self._lengths = [(int(r.n_prompt or 0), r.n_out) for r in recs]
+                        return self._lengths
+        return self._lengths
+
+    def _records(self, path: str) -> list[Any]:
+        f = Path(path)
+        if not f.is_absolute():
+            f = self.st.out / f
+        try:
+            return read_records(f)
+        except OSError:
+            return []
+
+    def fits(self) -> dict[str, BuildFit]:
+        """Every measured build's step model, refitted where it has new points."""
+        groups: dict[str, list[TrialReport]] = {}
+        for t in self.st.measured():
+            if t.points and t.status in ("ok", "infeasible", "abandoned"):
+                groups.setdefault(self._key(t.params), []).append(t)
+        for key, trials in groups.items():
+            stamp = tuple((t.number, len(t.points)) for t in trials)
+            if self._fit_keys.get(key) == stamp:
+                continue
+            points = [self._records(p.records_file) for t in trials for p in t.points]
+            if sum(len(p) for p in points) < MIN_CALIBRATION_REQUESTS:
+                continue
+            try:
+                step = calibrate(points)
+            except FitError:
+                continue
+            loads = [x for t in trials if t.status == "ok" and (x := self.st.load_of(t))]
+            self._fits[key] = BuildFit(
+                build_of(trials[0].params, self.space),
+                step,
+                [t.number for t in trials],
+                max(loads, default=None),
+            )
+            self._fit_keys[key] = stamp
+        return self._fits
+
+    def _key(self, params: dict[str, Any]) -> str:
+        return json.dumps(build_of(params, self.space), sort_keys=True, default=str)
+
+    def _nearest(self, params: dict[str, Any]) -> BuildFit | None:
+        """The calibrated build of ``params``, or the one differing in fewest build knobs
+        (ties: the most recently measured)."""
+        fits = self.fits()
+        if not fits:
+            return None
+        own = fits.get(self._key(params))
+        if own is not None:
+            return own
+        want = build_of(params, self.space)
+
+        def distance(f: BuildFit) -> tuple[int, int]:
+            return (sum(f.build.get(k) != v for k, v in want.items()), -max(f.trials))
+
+        return min(fits.values(), key=distance)
+
+    # ------------------------------------------------------------ prediction
+    def spread(self, transferred: bool) -> Spread:
+        errs = self.errors().get("capacity")
+        model = errs["median"] if errs else MODEL_SPREAD
+        if transferred:
+            model = math.hypot(model, TRANSFER_SPREAD)
+        return Spread(run_to_run=RUN_TO_RUN, model=model)
+
+    def predict(self, params: dict[str, Any], *, resamples: int = 100) -> Candidate | None:
+        """The model's prediction for the full configuration ``params`` (None: no build is
+        calibrated yet, or the configuration cannot be simulated)."""
+        fit = self._nearest(params)
+        pairs = self.lengths()
+        if fit is None or not pairs:
+            return None
+        key = (self._fit_keys.get(self._key(fit.build)), config_key(params), resamples,
+               self.errors().get("capacity", {}).get("n"))  # fmt: skip
+        if key not in self._cache:
+            self._cache[key] = self._predict(params, fit, pairs, resamples)
+        return self._cache[key]
+
+    def _predict(
+        self, params: dict[str, Any], fit: BuildFit, pairs: list[tuple[int, int]], resamples: int
+    ) -> Candidate | None:
+        calibrated = self._key(params) == self._key(fit.build)
+        try:
+            knobs = sim_knobs(params, self.space, self._kv_bytes(params))
+            p = predict(
+                fit.step, knobs, self._draw(pairs), self.st.opts.slos,
+                self.st.opts.max_error_rate, self.st.axis.kind, mean_lengths=mean_of(pairs),
+                spread=self.spread(not calibrated),
+                basis="calibrated" if calibrated else "transferred",
+                seed=self.st.opts.seed, resamples=resamples, start=fit.load,
+                resolution=SCREEN_RESOLUTION if resamples == 0 else RESOLUTION,
+            )  # fmt: skip
+        except (SimulationError, ValueError):
+            return None
+        self._screened.add(config_key(params))
+        return Candidate(params, p, p.basis, list(fit.trials) if calibrated else [])
+
+    def _draw(self, pairs: list[tuple[int, int]]) -> Lengths:
+        return cycled(pairs)
+
+    def _kv_bytes(self, params: dict[str, Any]) -> int | None:
+        return kv_bytes_per_token(self.st.model_path, params.get("kv_cache_dtype"))
+
+    # ------------------------------------------------------------ the choice
+    def propose(self, stage: Stage, carried: dict[str, Any], tried: set[tuple]) -> Candidate | None:
+        """The stage's next configuration to measure, or None: nothing the model screened
+        is expected to gain enough over the best measured configuration."""
+        sim = [k for k in stage.knobs if k.sim is not None and not k.sim_build]
+        fits = self.fits()
+        if not sim or not fits:
+            return None
+        best = self.st.best()
+        cands: list[Candidate] = []
+        top: dict[str, dict[str, Any]] = {}  # per build: its best simulated-knob setting
+        for key, fit in fits.items():
+            found = self._screen_build(stage, carried, fit.build, sim)
+            cands += found
+            if found:
+                top[key] = {k.name: found[0].params[k.name] for k in sim}
+        # A new build takes the simulated knobs the model found best for the build it is
+        # nearest to (the best measured one's), so its first measurement is a good guess too.
+        ref = self._key(best.params) if best is not None else next(iter(fits))
+        sim_values = top.get(ref) or next(iter(top.values()), {})
+        for params in self._new_builds(stage, carried, sim_values):
+            if (c := self.predict({**carried, **params})) is not None:
+                cands.append(Candidate(params, c.prediction, c.basis, c.build_trials))
+        cands = [c for c in cands if config_key(c.params) not in tried and not self._refused(
+            carried, c.params)]  # fmt: skip
+        score = (best.score_tokens_per_s or 0.0) if best else 0.0
+        gains = [(expected_gain(c, score), c) for c in cands]
+        worth = [(g, c) for g, c in gains if g >= MIN_GAIN * self.st.opts.tie_band * score]
+        if not worth:
+            return None
+        chosen = max(worth, key=lambda gc: (gc[0], gc[1].prediction.tokens_per_s))[1]
+        self._chosen = ({**carried, **chosen.params}, chosen)
+        return chosen
+
+    def _screen_build(
+        self, stage: Stage, carried: dict[str, Any], build: dict[str, Any], sim: list[Knob]
+    ) -> list[Candidate]:
+        """The best simulated-knob settings of one calibrated build (at most two), each with
+        its prediction, best first."""
+        base = {
+            k.name: build.get(k.name, carried.get(k.name, k.default))
+            for k in stage.knobs
+            if k not in sim
+        }
+
+        def score(values: dict[str, Any]) -> float | None:
+            params = {**base, **values}
+            if self._refused(carried, params):
+                return None
+            c = self.predict({**carried, **params}, resamples=0)
+            return c.prediction.tokens_per_s if c else None
+
+        seeds = [_in_range(sim, {**carried, **build})]
+        if (best := self.st.best()) is not None:
+            seeds.append(_in_range(sim, best.params))
+        ranked = screen(sim, score, n_trials=SCREEN_TRIALS, seed=self.st.opts.seed, seeds=seeds)
+        out = []
+        for values, _ in ranked[:2]:
+            params = {**base, **values}
+            if (c := self.predict({**carried, **params})) is not None:
+                out.append(Candidate(params, c.prediction, c.basis, c.build_trials))
+        return out
+
+    def _new_builds(
+        self, stage: Stage, carried: dict[str, Any], sim_values: dict[str, Any]
+    ) -> list[dict[str, Any]]:
+        """Stage settings of builds not measured yet: the space's candidates first, then the
+        best build with one of the stage's build knobs changed (its simulated knobs at
+        ``sim_values``)."""
+        known = set(self.fits())
+        out = [dict(c) for c in stage.candidates if self._key({**carried, **c}) not in known]
+        best = self.st.best()
+        base = {
+            k.name: (best.params if best else carried).get(k.name, k.default) for k in stage.knobs
+        } | sim_values
+        for knob in stage.knobs:
+            if knob.sim is not None and not knob.sim_build:
+                continue
+            if knob.type == "bool":
+                values: list[Any] = [not base[knob.name]]
+            elif knob.type == "categorical" and knob.choices:
+                values = [v for v in knob.choices if v != base[knob.name]]
+            else:
+                continue
+            for v in values:
+                params = {**base, knob.name: v}
+                if self._key({**carried, **params}) not in known:
+                    out.append(params)
+        return out
+
+    def _refused(self, carried: dict[str, Any], params: dict[str, Any]) -> bool:
+        return self.space.broken_rule({**carried, **params}, self.st.ctx) is not None
+
+    # ------------------------------------------------------------ the published error
+    def report(self, c: Candidate) -> PredictedReport:
+        p = c.prediction
+        at = p.at_capacity
+        return PredictedReport(
+            basis="calibrated" if c.basis == "calibrated" else "transferred",
+            build_trials=c.build_trials,
+            load=p.load, load_low=p.load_low, load_high=p.load_high,
+            tokens_per_s=p.tokens_per_s, low=p.low, high=p.high,
+            ttft_ms_p99=at.ttft_ms_p99 if at else None,
+            tpot_ms_p50=at.tpot_ms_p50 if at else None,
+        )  # fmt: skip
+
+    def before(self, params: dict[str, Any]) -> PredictedReport | None:
+        """The prediction for a configuration about to be measured (None where none can be
+        made yet: the run's first build)."""
+        c = self._chosen[1] if self._chosen and self._chosen[0] == params else None
+        c = c or self.predict(params)
+        self._chosen = None
+        if c is None:
+            return None
+        fit = self._nearest(params)
+        self._pending = fit.step if fit is not None else None
+        return self.report(c)
+
+    def after(self, t: TrialReport) -> None:
+        """Once ``t`` is measured: what its prediction's step model says at the load of its
+        measured figures, so the two are compared at the same load."""
+        step, self._pending = self._pending, None
+        pred = t.predicted
+        if pred is None or step is None or t.metrics is None or not t.points:
+            return
+        ref = next((p for p in t.points if p.metrics == t.metrics), None)
+        x = self.st.point_load(ref) if ref is not None else None
+        pairs = self.lengths()
+        if x is None or not pairs:
+            return
+        try:
+            knobs = sim_knobs(t.params, self.space, self._kv_bytes(t.params))
+            sim = Simulator(
+                step,
+                knobs,
+                self._draw(pairs),
+                self.st.opts.slos,
+                self.st.opts.max_error_rate,
+                self.st.axis.kind,
+                self.st.opts.seed,
+            )
+            q = sim.point(x)
+        except (SimulationError, ValueError):
+            return
+        pred.at_load, pred.ttft_ms_p99_at_load, pred.tpot_ms_p50_at_load = (
+            x,
+            q.ttft_ms_p99,
+            q.tpot_ms_p50,
+        )
+
+    def errors(self) -> dict[str, dict[str, float]]:
+        """The model's relative error per metric over the run's measured trials (median and
+        worst of |predicted / measured - 1|, and how many trials)."""
+        return model_errors(self.st.measured())
+
+    def label(self, params: dict[str, Any]) -> str:
+        return build_label(build_of(params, self.space), self.space)
+
+
+def _in_range(knobs: list[Knob], params: dict[str, Any]) -> dict[str, Any]:
+    """``params``' values of ``knobs``, each brought into the knob's searched range (an
+    engine default may lie outside it), or the knob's default where it has none."""
+    out: dict[str, Any] = {}
+    for k in knobs:
+        v = params.get(k.name, k.default)
+        if k.type in ("int", "float") and k.low is not None and k.high is not None:
+            v = min(max(v if v is not None else k.low, k.low), k.high)
+            v = int(v) if k.type == "int" else float(v)
+        elif k.choices is not None and v not in k.choices:
+            v = k.choices[0]
+        out[k.name] = v
+    return out
+
+
+def expected_gain(c: Candidate, best: float) -> float:
+    """Expected improvement over the best measured score (tokens/s), taking the prediction
+    as normal with its model spread as the 90 % half-width (the run-to-run term is left
+    out: it is the measurement's noise, not the model's doubt)."""
+    mu = c.prediction.tokens_per_s
+    sigma = max(c.prediction.spread_model * mu / Z90, 1e-9)
+    z = (mu - best) / sigma
+    return float(sigma * (z * norm.cdf(z) + norm.pdf(z)))

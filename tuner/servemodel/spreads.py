@@ -1,0 +1,15 @@
+"""How sure a prediction is: the relative spreads its interval adds to the bootstrap's.
+
+- ``RUN_TO_RUN``: the same configuration started again is not the same server: fresh starts
+  differ by more than one start's sampling noise. Until a run measures its own, this figure:
+  benchmarks/model_accuracy.py's calibration configuration measured again on a fresh start.
+- ``MODEL_SPREAD``: the model's own error, until a run has measured some of its predictions
+  (then the median of those errors replaces it).
+- ``TRANSFER_SPREAD``: added for a build predicted with another build's step model.
+"""
+
+from __future__ import annotations
+
+RUN_TO_RUN = 0.08
+MODEL_SPREAD = 0.10
+TRANSFER_SPREAD = 0.30
