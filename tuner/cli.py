@@ -316,10 +316,12 @@ def _resume(ctx: typer.Context, run_dir: Path, as_json: bool = False) -> None:
 
 def _register() -> None:
     """The commands of their own modules; the root command (tuning) is this one's."""
+    from tuner.cli_predict import predict_cmd
     from tuner.cli_probe import probe_cmd
     from tuner.cli_runs import compare_cmd, report_cmd
 
     app.command("probe")(probe_cmd)
+    app.command("predict")(predict_cmd)
     app.command("report")(report_cmd)
     app.command("compare")(compare_cmd)
 

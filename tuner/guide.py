@@ -26,7 +26,6 @@ report.json can give the model's error per metric beside every measurement (``er
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,13 +33,14 @@ from typing import TYPE_CHECKING, Any
 
 from scipy.stats import norm
 
+from probes.records import RequestRecord
+from tuner.calibration import BuildFit, Calibration, build_key
 from tuner.knob import Knob
 from tuner.model_errors import model_errors
 from tuner.report import PredictedReport, TrialReport
 from tuner.rescore import read_records
 from tuner.screen import screen
 from tuner.search import config_key
-from tuner.servemodel.calibrate import calibrate
 from tuner.servemodel.configs import build_label, build_of, kv_bytes_per_token, sim_knobs
 from tuner.servemodel.load import Lengths, cycled
 from tuner.servemodel.predict import (
@@ -53,7 +53,7 @@ from tuner.servemodel.predict import (
 )
 from tuner.servemodel.scheduler import SimulationError
 from tuner.servemodel.spreads import MODEL_SPREAD, RUN_TO_RUN, TRANSFER_SPREAD
-from tuner.servemodel.steptime import FitError, StepModel
+from tuner.servemodel.steptime import StepModel
 from tuner.space import SearchSpace, Stage
 
 if TYPE_CHECKING:
@@ -66,15 +66,6 @@ MIN_GAIN = 0.5
 Z90 = 1.645  # the normal quantile of a 90 % two-sided interval
 SCREEN_TRIALS = 48  # candidates the model screens per calibrated build and proposal
 SCREEN_RESOLUTION = 0.03  # a screened candidate's capacity is bracketed this finely
-MIN_CALIBRATION_REQUESTS = 40
-
-
-@dataclass
-class BuildFit:
-    build: dict[str, Any]
-    step: StepModel
-    trials: list[int]
-    load: float | None = None  # the highest capacity measured on this build: where to start
 
 
 @dataclass
@@ -95,8 +86,7 @@ class Guide:
 
     st: RunState
     _screened: set[tuple] = field(default_factory=set)  # every configuration predicted
-    _fits: dict[str, BuildFit] = field(default_factory=dict)
-    _fit_keys: dict[str, tuple] = field(default_factory=dict)
+    _cal: Calibration | None = None
     _lengths: list[tuple[int, int]] | None = None
     _pending: StepModel | None = None  # the step model of the trial being measured
     _chosen: tuple[dict[str, Any], Candidate] | None = None  # the last proposal (full params)
@@ -125,7 +115,7 @@ class Guide:
                         return self._lengths
         return self._lengths
 
-    def _records(self, path: str) -> list[Any]:
+    def _records(self, path: str) -> list[RequestRecord]:
         f = Path(path)
         if not f.is_absolute():
             f = self.st.out / f
@@ -134,51 +124,27 @@ class Guide:
         except OSError:
             return []
 
+    @property
+    def calibration(self) -> Calibration:
+        if self._cal is None:
+            self._cal = Calibration(
+                self.space,
+                lambda t, i: self._records(t.points[i].records_file),
+                self.st.load_of,
+            )
+        return self._cal
+
     def fits(self) -> dict[str, BuildFit]:
         """Every measured build's step model, refitted where it has new points."""
-        groups: dict[str, list[TrialReport]] = {}
-        for t in self.st.measured():
-            if t.points and t.status in ("ok", "infeasible", "abandoned"):
-                groups.setdefault(self._key(t.params), []).append(t)
-        for key, trials in groups.items():
-            stamp = tuple((t.number, len(t.points)) for t in trials)
-            if self._fit_keys.get(key) == stamp:
-                continue
-            points = [self._records(p.records_file) for t in trials for p in t.points]
-            if sum(len(p) for p in points) < MIN_CALIBRATION_REQUESTS:
-                continue
-            try:
-                step = calibrate(points)
-            except FitError:
-                continue
-            loads = [x for t in trials if t.status == "ok" and (x := self.st.load_of(t))]
-            self._fits[key] = BuildFit(
-                build_of(trials[0].params, self.space),
-                step,
-                [t.number for t in trials],
-                max(loads, default=None),
-            )
-            self._fit_keys[key] = stamp
-        return self._fits
+        return self.calibration.update(self.st.measured())
 
     def _key(self, params: dict[str, Any]) -> str:
-        return json.dumps(build_of(params, self.space), sort_keys=True, default=str)
+        return build_key(params, self.space)
 
     def _nearest(self, params: dict[str, Any]) -> BuildFit | None:
-        """The calibrated build of ``params``, or the one differing in fewest build knobs
-        (ties: the most recently measured)."""
-        fits = self.fits()
-        if not fits:
-            return None
-        own = fits.get(self._key(params))
-        if own is not None:
-            return own
-        want = build_of(params, self.space)
-
-        def distance(f: BuildFit) -> tuple[int, int]:
-            return (sum(f.build.get(k) != v for k, v in want.items()), -max(f.trials))
-
-        return min(fits.values(), key=distance)
+        self.fits()
+        found = self.calibration.nearest(params)
+        return found[0] if found else None
 
     # ------------------------------------------------------------ prediction
     def spread(self, transferred: bool) -> Spread:
@@ -195,8 +161,12 @@ class Guide:
         pairs = self.lengths()
         if fit is None or not pairs:
             return None
-        key = (self._fit_keys.get(self._key(fit.build)), config_key(params), resamples,
-               self.errors().get("capacity", {}).get("n"))  # fmt: skip
+        key = (
+            self.calibration.stamps.get(self._key(fit.build)),
+            config_key(params),
+            resamples,
+            self.errors().get("capacity", {}).get("n"),
+        )
         if key not in self._cache:
             self._cache[key] = self._predict(params, fit, pairs, resamples)
         return self._cache[key]
@@ -208,13 +178,20 @@ class Guide:
         try:
             knobs = sim_knobs(params, self.space, self._kv_bytes(params))
             p = predict(
-                fit.step, knobs, self._draw(pairs), self.st.opts.slos,
-                self.st.opts.max_error_rate, self.st.axis.kind, mean_lengths=mean_of(pairs),
+                fit.step,
+                knobs,
+                self._draw(pairs),
+                self.st.opts.slos,
+                self.st.opts.max_error_rate,
+                self.st.axis.kind,
+                mean_lengths=mean_of(pairs),
                 spread=self.spread(not calibrated),
                 basis="calibrated" if calibrated else "transferred",
-                seed=self.st.opts.seed, resamples=resamples, start=fit.load,
+                seed=self.st.opts.seed,
+                resamples=resamples,
+                start=fit.load,
                 resolution=SCREEN_RESOLUTION if resamples == 0 else RESOLUTION,
-            )  # fmt: skip
+            )
         except (SimulationError, ValueError):
             return None
         self._screened.add(config_key(params))
@@ -249,8 +226,11 @@ class Guide:
         for params in self._new_builds(stage, carried, sim_values):
             if (c := self.predict({**carried, **params})) is not None:
                 cands.append(Candidate(params, c.prediction, c.basis, c.build_trials))
-        cands = [c for c in cands if config_key(c.params) not in tried and not self._refused(
-            carried, c.params)]  # fmt: skip
+        cands = [
+            c
+            for c in cands
+            if config_key(c.params) not in tried and not self._refused(carried, c.params)
+        ]
         score = (best.score_tokens_per_s or 0.0) if best else 0.0
         gains = [(expected_gain(c, score), c) for c in cands]
         worth = [(g, c) for g, c in gains if g >= MIN_GAIN * self.st.opts.tie_band * score]
@@ -265,11 +245,7 @@ class Guide:
     ) -> list[Candidate]:
         """The best simulated-knob settings of one calibrated build (at most two), each with
         its prediction, best first."""
-        base = {
-            k.name: build.get(k.name, carried.get(k.name, k.default))
-            for k in stage.knobs
-            if k not in sim
-        }
+        base = _in_range([k for k in stage.knobs if k not in sim], {**carried, **build})
 
         def score(values: dict[str, Any]) -> float | None:
             params = {**base, **values}
@@ -296,11 +272,11 @@ class Guide:
         best build with one of the stage's build knobs changed (its simulated knobs at
         ``sim_values``)."""
         known = set(self.fits())
-        out = [dict(c) for c in stage.candidates if self._key({**carried, **c}) not in known]
         best = self.st.best()
-        base = {
-            k.name: (best.params if best else carried).get(k.name, k.default) for k in stage.knobs
-        } | sim_values
+        base = _in_range(stage.knobs, best.params if best else carried) | sim_values
+        # a candidate names some knobs; the others as the base has them (in range), so what is
+        # measured is what was predicted
+        out = [base | dict(c) for c in stage.candidates if self._key({**carried, **c}) not in known]
         for knob in stage.knobs:
             if knob.sim is not None and not knob.sim_build:
                 continue
@@ -326,11 +302,15 @@ class Guide:
         return PredictedReport(
             basis="calibrated" if c.basis == "calibrated" else "transferred",
             build_trials=c.build_trials,
-            load=p.load, load_low=p.load_low, load_high=p.load_high,
-            tokens_per_s=p.tokens_per_s, low=p.low, high=p.high,
+            load=p.load,
+            load_low=p.load_low,
+            load_high=p.load_high,
+            tokens_per_s=p.tokens_per_s,
+            low=p.low,
+            high=p.high,
             ttft_ms_p99=at.ttft_ms_p99 if at else None,
             tpot_ms_p50=at.tpot_ms_p50 if at else None,
-        )  # fmt: skip
+        )
 
     def before(self, params: dict[str, Any]) -> PredictedReport | None:
         """The prediction for a configuration about to be measured (None where none can be

@@ -17,6 +17,8 @@ import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 from plotly.subplots import make_subplots
 
+from tuner.html_model import INTRO as MODEL_INTRO
+from tuner.html_model import model_figure, model_table
 from tuner.text import ms_text
 from tuner.views import Point, ReportView
 
@@ -410,6 +412,7 @@ def render_html(v: ReportView) -> str:
         ("curves", curves_figure(v)),
         ("stages", waterfall_figure(v)),
         ("probe", probe_figure(v)),
+        ("model", model_figure(v.predictions) if v.predictions else None),
     ]
     plots = {name: _div(fig, f"fig-{name}") for name, fig in figures if fig is not None}
     sections = [
@@ -420,6 +423,9 @@ def render_html(v: ReportView) -> str:
     ]
     if "probe" in plots:
         sections.append(("Where the time goes", INTRO["probe"], plots["probe"] + _probe_tables(v)))
+    if v.predictions is not None:
+        content = plots.get("model", "") + model_table(v.predictions)
+        sections.append(("Predicted before measured", MODEL_INTRO, content))
     sections.append(("Trials", INTRO["trials"], _trials_table(v)))
     body = "".join(
         f'<section><h2>{esc(t)}</h2><p class="sub">{esc(intro)}</p>{content}</section>'

@@ -8,6 +8,7 @@ from __future__ import annotations
 from probes.drift import HORIZON_S
 from probes.exactness import describe
 from tuner.render_cells import interval, lat, quality_text, settings_text, shell_command
+from tuner.render_model import model_section
 from tuner.render_probe import probe_section
 from tuner.render_recommend import recommendation_section
 from tuner.render_rescore import rescored_section
@@ -61,6 +62,7 @@ def render_markdown(r: Report) -> str:
             "",
         ]
     out += configurations_section(r)
+    out += model_section(r)
     out += stages_section(r)
     if r.comparisons:
         out += ["## Side by side", ""]

@@ -55,7 +55,7 @@ def read_records(path: Path) -> list[RequestRecord]:
     return out
 
 
-def _records_path(run_dir: Path, t: TrialReport, p: PointReport) -> Path:
+def records_path(run_dir: Path, t: TrialReport, p: PointReport) -> Path:
     """Where a point's records are: as written, or in the run folder where it has moved."""
     path = Path(p.records_file)
     if path.is_file():
@@ -83,7 +83,7 @@ def _trial(
     derive = len(kept) < len(t.points)
     points, derived = [], []
     for p in t.points:
-        records = read_records(_records_path(run_dir, t, p))
+        records = read_records(records_path(run_dir, t, p))
         x = float(p.load[axis.key])
         metrics = summarize(records, slos, p.metrics.client_cpu_pct)
         metrics = metrics.model_copy(update={k: getattr(p.metrics, k) for k in CARRIED})

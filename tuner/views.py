@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict
 
 from probes.diagnose import prefill_fit
 from probes.metrics import Dist, LoadMetrics
+from tuner.prediction_view import PredictionView, prediction_view
 from tuner.report import Recommendation, Report, TrialReport
 
 
@@ -116,6 +117,7 @@ class ReportView(View):
     probe: ProbeView | None
     rows: list[Row]
     files: list[str]  # the export files beside the report
+    predictions: PredictionView | None = None  # the serving model against measurement
 
 
 def pareto(pairs: list[tuple[float, float | None]]) -> list[bool]:
@@ -386,6 +388,7 @@ def build(r: Report, files: list[str] | None = None) -> ReportView:
         probe=_probe(r),
         rows=[_row(t, r) for t in trials],
         files=files or [],
+        predictions=prediction_view(r),
     )
 
 

@@ -142,10 +142,22 @@ def test_short_tuning_run(tmp_path: Path) -> None:
     names = [s["name"] for s in d["verdict"]["stages"]]
     assert names == ["batching", "quantisation", "speculative"]
     assert report.recommended is not None
-    # report.html, opened offline in a real Chromium: every figure drawn, the probe's too.
+    # The serving model: calibrated on the baseline's records, it screened the batching
+    # stage's scheduler knobs on the model and predicted the trial it chose before it started.
+    assert data["screened"] >= 40
+    trial = data["trials"][0]
+    pred = trial["predicted"]
+    assert pred is not None and pred["basis"] in ("calibrated", "transferred")
+    assert 0 < pred["low"] <= pred["tokens_per_s"] and pred["load"] > 0
+    assert data["serving_model"]["predicted_trials"] == [trial["number"]]
+    measured_ok = trial["status"] == "ok"
+    assert ("capacity" in data["serving_model"]["errors"]) == measured_ok
+    # report.html, opened offline in a real Chromium: every figure drawn, the probe's too, and
+    # the model's predicted-against-measured where the trial has a measured capacity.
     page = open_page(folder / "report.html", tmp_path / "report.png")
     assert page.console_errors == [] and page.requests == [(folder / "report.html").as_uri()]
-    assert set(page.figures) == {"pareto", "interactivity", "curves", "stages", "probe"}
+    figures = {"pareto", "interactivity", "curves", "stages", "probe"}
+    assert set(page.figures) == figures | ({"model"} if measured_ok else set())
     assert all(n > 0 for n in page.figures.values()), page.figures
     _serve_from_the_exports(folder, rec["env"], tmp_path)
     leftover = [p for p in _engine_processes() if p.pid not in before]

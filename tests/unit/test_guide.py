@@ -34,10 +34,15 @@ from tuner.space import load_space, space_path
 from tuner.state import RunState
 from tuner.store import MemoryStore
 
-TRUE = StepModel(base_s=0.02, per_token_s=0.0002, per_seq_s=0.0008, per_kpair_s=0.0,
-                 overhead_s=0.03)  # fmt: skip
-SMOLLM2 = {"num_hidden_layers": 30, "num_key_value_heads": 3, "num_attention_heads": 9,
-           "hidden_size": 576, "head_dim": 64, "dtype": "bfloat16"}  # fmt: skip
+TRUE = StepModel(base_s=0.02, per_prefill_token_s=0.0002, per_decode_s=0.001, overhead_s=0.03)
+SMOLLM2 = {
+    "num_hidden_layers": 30,
+    "num_key_value_heads": 3,
+    "num_attention_heads": 9,
+    "hidden_size": 576,
+    "head_dim": 64,
+    "dtype": "bfloat16",
+}
 
 
 def _metrics(recs: list) -> LoadMetrics:
@@ -86,11 +91,22 @@ def _baseline(st: RunState, score: float) -> TrialReport:
         write_records(f, recs)
         m = _metrics(recs)
         v = Verdict(holds=True, provisional=True, worst_margin=-0.5, checks=[])
-        points.append(PointReport(load={"rate_rps": rate}, metrics=m, verdict=v,
-                                  records_file=str(f)))  # fmt: skip
-    t = TrialReport(number=0, stage="baseline", params={}, args=[], env={}, launch_command=[],
-                    status="ok", score_tokens_per_s=score, load={"rate_rps": score / 64},
-                    points=points, metrics=points[-1].metrics)  # fmt: skip
+        points.append(
+            PointReport(load={"rate_rps": rate}, metrics=m, verdict=v, records_file=str(f))
+        )
+    t = TrialReport(
+        number=0,
+        stage="baseline",
+        params={},
+        args=[],
+        env={},
+        launch_command=[],
+        status="ok",
+        score_tokens_per_s=score,
+        load={"rate_rps": score / 64},
+        points=points,
+        metrics=points[-1].metrics,
+    )
     st.baseline = t
     return t
 
@@ -144,10 +160,21 @@ def test_nothing_is_proposed_when_the_best_is_far_beyond_every_prediction(tmp_pa
 
 def _candidate(tokens_per_s: float, spread_model: float) -> Candidate:
     p = Prediction(
-        load_kind="rate", load=1.0, load_low=None, load_high=None, tokens_per_s=tokens_per_s,
-        low=0.0, high=None, censored="none", binding=None, at_capacity=None,
-        basis="calibrated", spread_run_to_run=0.08, spread_model=spread_model, points=[],
-    )  # fmt: skip
+        load_kind="rate",
+        load=1.0,
+        load_low=None,
+        load_high=None,
+        tokens_per_s=tokens_per_s,
+        low=0.0,
+        high=None,
+        censored="none",
+        binding=None,
+        at_capacity=None,
+        basis="calibrated",
+        spread_run_to_run=0.08,
+        spread_model=spread_model,
+        points=[],
+    )
     return Candidate({}, p, "calibrated", [])
 
 
@@ -172,23 +199,53 @@ def test_screen_finds_the_best_setting_of_a_scripted_score() -> None:
 def test_model_errors_compare_prediction_and_measurement() -> None:
     d = Dist(p50=100.0, p99=1000.0, n=50)
     m = LoadMetrics(
-        ttft_ms=d, tpot_ms=d, itl_ms=d, e2e_ms=d, queue_ms=d, output_tokens_per_s=1.0,
-        requests_per_s=1.0, goodput_rps=1.0, token_goodput_per_s=1.0, slo_attainment=1.0,
-        n_requests=50, n_completed=50, n_failed=0, error_rate=0.0, duration_s=1.0,
-        mean_in_flight=1.0, mean_output_tokens=64.0, n_out_source="usage",
+        ttft_ms=d,
+        tpot_ms=d,
+        itl_ms=d,
+        e2e_ms=d,
+        queue_ms=d,
+        output_tokens_per_s=1.0,
+        requests_per_s=1.0,
+        goodput_rps=1.0,
+        token_goodput_per_s=1.0,
+        slo_attainment=1.0,
+        n_requests=50,
+        n_completed=50,
+        n_failed=0,
+        error_rate=0.0,
+        duration_s=1.0,
+        mean_in_flight=1.0,
+        mean_output_tokens=64.0,
+        n_out_source="usage",
         prompt_token_mismatches=0,
-    )  # fmt: skip
+    )
 
     def trial(n: int, measured: float, predicted: float) -> TrialReport:
-        p = PredictedReport(basis="calibrated", build_trials=[0], load=1.0, tokens_per_s=predicted,
-                            low=0.0, high=None, at_load=1.0, ttft_ms_p99_at_load=1100.0,
-                            tpot_ms_p50_at_load=90.0)  # fmt: skip
-        return TrialReport(number=n, stage="batching", params={}, args=[], env={},
-                           launch_command=[], status="ok", score_tokens_per_s=measured,
-                           metrics=m, predicted=p)  # fmt: skip
+        p = PredictedReport(
+            basis="calibrated",
+            build_trials=[0],
+            load=1.0,
+            tokens_per_s=predicted,
+            low=0.0,
+            high=None,
+            at_load=1.0,
+            ttft_ms_p99_at_load=1100.0,
+            tpot_ms_p50_at_load=90.0,
+        )
+        return TrialReport(
+            number=n,
+            stage="batching",
+            params={},
+            args=[],
+            env={},
+            launch_command=[],
+            status="ok",
+            score_tokens_per_s=measured,
+            metrics=m,
+            predicted=p,
+        )
 
     errs = model_errors([trial(1, 100.0, 110.0), trial(2, 100.0, 70.0), trial(3, 100.0, 100.0)])
-    assert errs["capacity"] == {"median": pytest.approx(0.1), "worst": pytest.approx(0.3),
-                                "n": 3.0}  # fmt: skip
+    assert errs["capacity"] == {"median": pytest.approx(0.1), "worst": pytest.approx(0.3), "n": 3.0}
     assert errs["ttft_p99"]["median"] == pytest.approx(0.1)
     assert errs["tpot_p50"]["worst"] == pytest.approx(0.1)

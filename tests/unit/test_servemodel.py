@@ -10,7 +10,7 @@ import pytest
 from probes.client import arrival_offsets
 from probes.slo import parse_slos
 from tuner.servemodel.calibrate import calibrate, decode_observations, idle_observations
-from tuner.servemodel.load import closed_loop, cycled, poisson
+from tuner.servemodel.load import Lengths, closed_loop, cycled, poisson
 from tuner.servemodel.predict import Spread, predict
 from tuner.servemodel.scheduler import Arrival, Knobs, SimulationError, StepTrace, simulate
 from tuner.servemodel.steptime import FitError, Observation, StepModel, fit_steps
@@ -20,19 +20,27 @@ FIXED = cycled([(128, 64)])
 
 def model(
     base: float = 0.0,
-    token: float = 0.0,
-    seq: float = 0.0,
+    prefill: float = 0.0,
+    decode: float = 0.0,
+    ctx: float = 0.0,
     kpair: float = 0.0,
     overhead: float = 0.0,
 ) -> StepModel:
     return StepModel(
-        base_s=base, per_token_s=token, per_seq_s=seq, per_kpair_s=kpair, overhead_s=overhead
+        base_s=base,
+        per_prefill_token_s=prefill,
+        per_decode_s=decode,
+        per_ctx_ktoken_s=ctx,
+        per_prefill_kpair_s=kpair,
+        overhead_s=overhead,
     )
 
 
 def test_one_request_prefill_then_decode_steps() -> None:
     # enters at 0.005; prefill 100 tokens: 0.01 + 0.1; then 3 decode steps of 0.011 each
-    recs = simulate([Arrival(0.0, 100, 4)], Knobs(8, 2048), model(0.01, 0.001, overhead=0.005))
+    recs = simulate(
+        [Arrival(0.0, 100, 4)], Knobs(8, 2048), model(0.01, 0.001, 0.001, overhead=0.005)
+    )
     (r,) = recs
     assert r.ttft_s == pytest.approx(0.115)
     assert r.tpot_s == pytest.approx(0.011)
@@ -51,7 +59,7 @@ def test_a_full_batch_makes_the_next_request_wait() -> None:
 
 def test_the_token_budget_splits_a_prefill() -> None:
     trace = StepTrace()
-    (r,) = simulate([Arrival(0.0, 100, 2)], Knobs(8, 64), model(0.01, 0.001), trace=trace)
+    (r,) = simulate([Arrival(0.0, 100, 2)], Knobs(8, 64), model(0.01, 0.001, 0.001), trace=trace)
     assert trace.tokens == [64, 36, 1]
     assert r.ttft_s == pytest.approx(0.074 + 0.046)
     assert r.e2e_s == pytest.approx(0.074 + 0.046 + 0.011)
@@ -111,22 +119,29 @@ def test_poisson_arrivals_follow_the_load_clients_schedule() -> None:
     assert all((a.n_in, a.n_out) == (128, 64) for a in arr)
 
 
-TRUE = model(base=0.02, token=0.0002, seq=0.0008, kpair=0.000002, overhead=0.03)
+TRUE = model(base=0.02, prefill=0.0002, decode=0.001, ctx=0.002, kpair=0.000002, overhead=0.03)
 
 
-def scripted_points(step: StepModel, knobs: Knobs, rates: tuple[float, ...]) -> list:
-    return [simulate(poisson(r, 400, FIXED, seed=int(r * 10)), knobs, step) for r in rates]
+def scripted_points(
+    step: StepModel, knobs: Knobs, rates: tuple[float, ...], lengths: Lengths = FIXED
+) -> list:
+    return [simulate(poisson(r, 400, lengths, seed=int(r * 10)), knobs, step) for r in rates]
+
+
+# lengths spread over +-50 %, as a real workload's: prefill and decoding costs can be told apart
+_rng = random.Random(7)
+SPREAD = cycled([(_rng.randint(64, 192), _rng.randint(32, 96)) for _ in range(300)])
 
 
 def test_calibration_recovers_what_decides_the_step_time() -> None:
-    fit = calibrate(scripted_points(TRUE, Knobs(128, 2048), (2.0, 6.0, 10.0)))
+    fit = calibrate(scripted_points(TRUE, Knobs(128, 2048), (2.0, 6.0, 10.0), SPREAD))
     assert fit.fit_rel_rms is not None and fit.fit_rel_rms < 0.05
     assert fit.base_s == pytest.approx(TRUE.base_s, rel=0.1)
     assert fit.overhead_s == pytest.approx(TRUE.overhead_s, rel=0.15)
     # a full batch's step, what the capacity depends on, is right within a few per cent
     b, ctx = 100, 160
-    assert fit.step_s(b, b, b * ctx / 1000) == pytest.approx(
-        TRUE.step_s(b, b, b * ctx / 1000), rel=0.05
+    assert fit.step_s(0, b, b * ctx / 1000) == pytest.approx(
+        TRUE.step_s(0, b, b * ctx / 1000), rel=0.05
     )
 
 
@@ -146,41 +161,44 @@ def test_idle_requests_give_the_overhead_and_busy_ones_do_not() -> None:
     recs = simulate(
         [Arrival(0.0, 100, 4), Arrival(0.05, 100, 4), Arrival(10.0, 50, 4)],
         Knobs(8, 2048),
-        model(0.01, 0.001, overhead=0.005),
+        model(0.01, 0.001, 0.001, overhead=0.005),
     )
     idle = idle_observations(recs)
-    assert [o.tokens for o in idle] == [100.0, 50.0]  # the second arrived mid-flight
+    assert [o.prefill_tokens for o in idle] == [100.0, 50.0]  # the second arrived mid-flight
     assert all(o.overhead == 1.0 for o in idle)
     assert idle[0].duration_s == pytest.approx(0.115)
     dec = decode_observations(recs)
     assert len(dec) == 3
     # the first request's decode interval holds the second one's prefill
-    assert dec[0].tokens >= 100
+    # the first request's decode steps (0.115-0.250 s) hold the second one's prefill and two
+    # of its decodes besides its own three: read off the records as 100 tokens and ~2 decodes
+    assert dec[0].prefill_tokens == 100
+    assert dec[0].decode_seqs == pytest.approx(5.0, abs=0.1)
+    assert dec[0].steps == 3
 
 
 def test_fit_needs_enough_observations() -> None:
     with pytest.raises(FitError):
-        fit_steps([Observation(1.0, 1, 1, 1, 0)])
+        fit_steps([Observation(1.0, 1, 1, 1, 0, 0)])
 
 
 def test_fit_of_exact_observations_is_exact() -> None:
     rng = random.Random(0)
     obs = []
-    for _ in range(30):
-        steps, tok, seq, kp = (
+    for _ in range(40):
+        steps, tok, seq, ctx, kp = (
             rng.randint(1, 9),
             rng.randint(1, 900),
             rng.randint(1, 50),
+            rng.random() * 20,
             rng.random(),
         )
-        obs.append(
-            Observation(
-                TRUE.step_s(tok, seq, kp) - TRUE.base_s + steps * TRUE.base_s, steps, tok, seq, kp
-            )
-        )
+        total = TRUE.step_s(tok, seq, ctx, kp) - TRUE.base_s + steps * TRUE.base_s
+        obs.append(Observation(total, steps, tok, seq, ctx, kp))
     fit = fit_steps(obs)
-    assert fit.per_token_s == pytest.approx(TRUE.per_token_s, rel=1e-6)
-    assert fit.per_seq_s == pytest.approx(TRUE.per_seq_s, rel=1e-6)
+    assert fit.per_prefill_token_s == pytest.approx(TRUE.per_prefill_token_s, rel=1e-6)
+    assert fit.per_decode_s == pytest.approx(TRUE.per_decode_s, rel=1e-6)
+    assert fit.per_ctx_ktoken_s == pytest.approx(TRUE.per_ctx_ktoken_s, rel=1e-6)
     assert fit.fit_rel_rms == pytest.approx(0.0, abs=1e-9)
 
 
@@ -240,7 +258,7 @@ def test_fast_forward_gives_the_records_of_stepping_one_at_a_time(knobs: Knobs) 
     rng = random.Random(5)
     lengths = [(rng.randint(10, 300), rng.randint(1, 90)) for _ in range(50)]
     arrivals = poisson(6.0, 200, cycled(lengths), seed=9)
-    step = model(base=0.01, token=0.0002, seq=0.0005, kpair=0.00001, overhead=0.01)
+    step = model(base=0.01, prefill=0.0002, decode=0.0007, ctx=0.002, kpair=0.00001, overhead=0.01)
     slow_trace, fast_trace = StepTrace(), StepTrace()
     slow = simulate(arrivals, knobs, step, fast=False, trace=slow_trace)
     fast = simulate(arrivals, knobs, step, trace=fast_trace)
@@ -254,7 +272,7 @@ def test_fast_forward_gives_the_records_of_stepping_one_at_a_time(knobs: Knobs) 
 
 
 def test_fast_forward_in_a_closed_loop() -> None:
-    step = model(base=0.01, token=0.0002, seq=0.0005, overhead=0.01)
+    step = model(base=0.01, prefill=0.0002, decode=0.0007, overhead=0.01)
     first, more = closed_loop(16, 100, cycled([(128, 64), (40, 10)]), seed=2)
     slow = simulate(first, Knobs(64, 2048), step, on_finish=more, fast=False)
     first, more = closed_loop(16, 100, cycled([(128, 64), (40, 10)]), seed=2)

@@ -53,14 +53,14 @@ def decode_observations(records: Sequence[RequestRecord]) -> list[Observation]:
         ctx = nin + 1.0 + (mid - tf) * rate
         prefilled = (tf > lo) & (tf <= hi)
         p_tokens = nin[prefilled]
-        kpairs = float((decoded * ctx).sum() + sum(attention_pairs(0, int(p)) for p in p_tokens))
         out.append(
             Observation(
                 duration_s=float(span[i]),
                 steps=float(nout[i] - 1),
-                tokens=float(decoded.sum() + p_tokens.sum()),
-                seqs=float(decoded.sum() + prefilled.sum()),
-                kpairs=kpairs / 1000.0,
+                prefill_tokens=float(p_tokens.sum()),
+                decode_seqs=float(decoded.sum()),
+                ctx_ktokens=float((decoded * ctx).sum()) / 1000.0,
+                prefill_kpairs=sum(attention_pairs(0, int(p)) for p in p_tokens) / 1000.0,
             )
         )
     return out
@@ -82,9 +82,10 @@ def idle_observations(records: Sequence[RequestRecord]) -> list[Observation]:
                 Observation(
                     duration_s=r.ttft_s,
                     steps=1.0,
-                    tokens=float(n),
-                    seqs=1.0,
-                    kpairs=attention_pairs(0, n) / 1000.0,
+                    prefill_tokens=float(n),
+                    decode_seqs=0.0,
+                    ctx_ktokens=0.0,
+                    prefill_kpairs=attention_pairs(0, n) / 1000.0,
                     overhead=1.0,
                 )
             )

@@ -148,9 +148,9 @@ def upper_bound(step: StepModel, knobs: Knobs, mean_in: float, mean_out: float) 
     """Requests/s the engine could not exceed even with a full batch every step."""
     b = float(knobs.max_num_seqs)
     ctx = mean_in + mean_out / 2.0
-    decode = step.step_s(b, b, b * ctx / 1000.0) / b  # seconds of a full step per sequence
-    prefill = step.per_token_s * mean_in + step.per_kpair_s * mean_in**2 / 2000.0
-    per_request = prefill + decode * max(mean_out - 1.0, 0.0) + step.base_s / b
+    decode = step.step_s(0.0, b, b * ctx / 1000.0) / b  # seconds of a full step per sequence
+    prefill = step.per_prefill_token_s * mean_in + step.per_prefill_kpair_s * mean_in**2 / 2000.0
+    per_request = prefill + decode * max(mean_out - 1.0, 0.0)
     return 1.0 / per_request if per_request > 0 else math.inf
 
 

@@ -238,12 +238,7 @@ def simulate(
             t = max(t, pending[0][0])
             continue
         tokens = sum(n for _, n in scheduled)
-        kpairs = (
-            sum(attention_pairs(r.computed, n) for r, n in scheduled) / 1000.0
-            if step.per_kpair_s
-            else 0.0
-        )
-        t += step.step_s(tokens, len(scheduled), kpairs)
+        t += _step_s(step, scheduled)
         steps += 1
         if steps > max_steps:
             raise SimulationError(f"the simulation ran past {max_steps} steps")
@@ -274,6 +269,21 @@ def simulate(
     return [_record(r) for r in reqs]
 
 
+def _step_s(step: StepModel, scheduled: list[tuple[_Req, int]]) -> float:
+    """One step's time: a request asking for one token after its outputs began is decoding
+    (it reads its whole context); anything else is a prefill chunk."""
+    prefill = decodes = 0
+    ctx = kpairs = 0.0
+    for r, n in scheduled:
+        if n == 1 and r.generated >= 1 and r.computed == r.n_in + r.generated - 1:
+            decodes += 1
+            ctx += r.computed + 1
+        else:
+            prefill += n
+            kpairs += attention_pairs(r.computed, n)
+    return step.step_s(prefill, decodes, ctx / 1000.0, kpairs / 1000.0)
+
+
 def _fast_forward(
     running: list[_Req],
     knobs: Knobs,
@@ -299,11 +309,11 @@ def _fast_forward(
     ctx = sum(r.computed + 1 for r in running)  # attention pairs of the first step
     ends: list[float] = []
     now = t
-    fixed = step.base_s + (step.per_token_s + step.per_seq_s) * n
+    fixed = step.base_s + step.per_decode_s * n
     for j in range(k):
         if next_arrival is not None and now >= next_arrival:
             break
-        now += fixed + step.per_kpair_s * (ctx + j * n) / 1000.0
+        now += fixed + step.per_ctx_ktoken_s * (ctx + j * n) / 1000.0
         ends.append(now)
     k = len(ends)
     if k < 2:

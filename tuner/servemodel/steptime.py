@@ -3,14 +3,17 @@
 An engine step (one forward pass of the continuous batch, with scheduling, sampling and output
 processing around it) takes
 
-    step_s = base_s + per_token_s * tokens + per_seq_s * seqs + per_kpair_s * pairs / 1000
+    step_s = base_s
+             + per_prefill_token_s * prefill_tokens + per_prefill_kpair_s * prefill_pairs / 1000
+             + per_decode_s * decode_seqs + per_ctx_ktoken_s * decode_context / 1000
 
-where ``tokens`` are the tokens computed in the step (prefill chunks and one per decoding
-sequence), ``seqs`` the sequences in it and ``pairs`` the attention work: each computed token
-attends to every token before it in its sequence, so a chunk of ``q`` tokens after ``c``
-computed ones adds ``q * c + q * (q + 1) / 2`` pairs. A request's first token also waits
-``overhead_s`` outside the engine's steps (the HTTP front end, tokenising, the first chunk's
-way back), a constant of the build.
+Prefill and decoding cost differently per token on the same weights: a prefill chunk's tokens
+go through the matrix products together (compute), while each decoding sequence brings its own
+sampling, detokenising and streaming work and reads its whole KV cache (``decode_context``:
+the tokens every decoding sequence attends to). ``prefill_pairs`` is the prefill's attention
+work: a chunk of ``q`` tokens after ``c`` computed ones attends to ``q * c + q * (q + 1) / 2``
+pairs. A request's first token also waits ``overhead_s`` outside the engine's steps (the HTTP
+front end, tokenising, the first chunk's way back), a constant of the build.
 
 The coefficients are non-negative and fitted by least squares on relative error (each
 observation divided by its own duration, so long and short observations count alike) with
@@ -28,8 +31,6 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict
 from scipy.optimize import nnls
 
-COLUMNS = ("steps", "tokens", "seqs", "kpairs", "overhead")
-
 
 def attention_pairs(computed: int, new: int) -> float:
     """Attention pairs of a chunk of ``new`` tokens after ``computed`` ones in one sequence."""
@@ -40,21 +41,29 @@ def attention_pairs(computed: int, new: int) -> float:
 class Observation:
     """A measured duration, and the sums of the step features it spans.
 
-    ``steps``: how many engine steps the duration spans; ``tokens``/``seqs``/``kpairs``: the
-    sums over those steps (kpairs in thousands of attention pairs); ``overhead``: 1 where the
-    duration includes the build's first-token overhead (a TTFT), else 0.
+    ``steps``: how many engine steps the duration spans; the others are sums over those steps
+    (``ctx_ktokens`` and ``prefill_kpairs`` in thousands); ``overhead``: 1 where the duration
+    includes the build's first-token overhead (a TTFT), else 0.
     """
 
     duration_s: float
     steps: float
-    tokens: float
-    seqs: float
-    kpairs: float
+    prefill_tokens: float
+    decode_seqs: float
+    ctx_ktokens: float
+    prefill_kpairs: float
     overhead: float = 0.0
     weight: float = 1.0
 
     def row(self) -> list[float]:
-        return [self.steps, self.tokens, self.seqs, self.kpairs, self.overhead]
+        return [
+            self.steps,
+            self.prefill_tokens,
+            self.decode_seqs,
+            self.ctx_ktokens,
+            self.prefill_kpairs,
+            self.overhead,
+        ]
 
 
 class StepModel(BaseModel):
@@ -63,31 +72,43 @@ class StepModel(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     base_s: float
-    per_token_s: float
-    per_seq_s: float
-    per_kpair_s: float
+    per_prefill_token_s: float
+    per_decode_s: float
+    per_ctx_ktoken_s: float = 0.0
+    per_prefill_kpair_s: float = 0.0
     overhead_s: float = 0.0
     n_observations: int = 0
     # Root mean square of the relative residuals of the fit (0.05: 5 %): how well the linear
     # form fits this build's own observations.
     fit_rel_rms: float | None = None
 
-    def step_s(self, tokens: float, seqs: float, kpairs: float) -> float:
+    def step_s(
+        self,
+        prefill_tokens: float,
+        decode_seqs: float,
+        ctx_ktokens: float = 0.0,
+        prefill_kpairs: float = 0.0,
+    ) -> float:
         return (
             self.base_s
-            + self.per_token_s * tokens
-            + self.per_seq_s * seqs
-            + self.per_kpair_s * kpairs
+            + self.per_prefill_token_s * prefill_tokens
+            + self.per_decode_s * decode_seqs
+            + self.per_ctx_ktoken_s * ctx_ktokens
+            + self.per_prefill_kpair_s * prefill_kpairs
         )
 
     def scaled(self, factor: float) -> StepModel:
         """Every step ``factor`` times as long (a build predicted from another one)."""
         return self.model_copy(
             update={
-                "base_s": self.base_s * factor,
-                "per_token_s": self.per_token_s * factor,
-                "per_seq_s": self.per_seq_s * factor,
-                "per_kpair_s": self.per_kpair_s * factor,
+                k: getattr(self, k) * factor
+                for k in (
+                    "base_s",
+                    "per_prefill_token_s",
+                    "per_decode_s",
+                    "per_ctx_ktoken_s",
+                    "per_prefill_kpair_s",
+                )
             }
         )
 
@@ -119,10 +140,11 @@ def fit_steps(observations: Sequence[Observation]) -> StepModel:
     rel = (a @ coef - y) / y
     return StepModel(
         base_s=float(coef[0]),
-        per_token_s=float(coef[1]),
-        per_seq_s=float(coef[2]),
-        per_kpair_s=float(coef[3]),
-        overhead_s=float(coef[4]),
+        per_prefill_token_s=float(coef[1]),
+        per_decode_s=float(coef[2]),
+        per_ctx_ktoken_s=float(coef[3]),
+        per_prefill_kpair_s=float(coef[4]),
+        overhead_s=float(coef[5]),
         n_observations=len(obs),
         fit_rel_rms=float(np.sqrt(np.mean(rel**2))),
     )

@@ -1,0 +1,96 @@
+"""The step models of a run's measured builds, from its trials' per-request records.
+
+Trials that share a build (tuner/servemodel/configs.py ``build_of``: every knob the serving
+model does not simulate) are calibrated together on the records of all their points, so each
+measured configuration sharpens its build's model. A tuning run refits as it measures (the
+guide, tuner/guide.py); ``autotune predict`` fits a finished run's builds once.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from probes.records import RequestRecord
+from tuner.report import TrialReport
+from tuner.servemodel.calibrate import calibrate
+from tuner.servemodel.configs import build_label, build_of
+from tuner.servemodel.steptime import FitError, StepModel
+from tuner.space import SearchSpace
+
+MIN_CALIBRATION_REQUESTS = 20  # fewer completed requests in a build: it is not fitted
+ReadRecords = Callable[[TrialReport, int], list[RequestRecord]]  # (trial, point index)
+
+
+@dataclass
+class BuildFit:
+    """One measured build's step model and what it rests on."""
+
+    build: dict[str, Any]
+    step: StepModel
+    trials: list[int]
+    requests: int
+    load: float | None = None  # the highest capacity measured on this build: where to start
+
+    def label(self, space: SearchSpace) -> str:
+        return build_label(self.build, space)
+
+
+def build_key(params: dict[str, Any], space: SearchSpace) -> str:
+    """A build's identity (its knob values, defaults filled in)."""
+    return json.dumps(build_of(params, space), sort_keys=True, default=str)
+
+
+@dataclass
+class Calibration:
+    """The fitted builds of one run, refitted only where a trial or point was added."""
+
+    space: SearchSpace
+    read: ReadRecords
+    load_of: Callable[[TrialReport], float | None]
+    fits: dict[str, BuildFit] = field(default_factory=dict)
+    stamps: dict[str, tuple] = field(default_factory=dict)
+
+    def update(self, trials: Sequence[TrialReport]) -> dict[str, BuildFit]:
+        """Every build with enough records among ``trials``, fitted."""
+        groups: dict[str, list[TrialReport]] = {}
+        for t in trials:
+            if t.points and t.status in ("ok", "infeasible", "abandoned"):
+                groups.setdefault(build_key(t.params, self.space), []).append(t)
+        for key, members in groups.items():
+            stamp = tuple((t.number, len(t.points)) for t in members)
+            if self.stamps.get(key) == stamp:
+                continue
+            points = [self.read(t, i) for t in members for i in range(len(t.points))]
+            n = sum(sum(r.ok for r in p) for p in points)
+            if n < MIN_CALIBRATION_REQUESTS:
+                continue
+            try:
+                step = calibrate(points)
+            except FitError:
+                continue
+            loads = [x for t in members if t.status == "ok" and (x := self.load_of(t))]
+            self.fits[key] = BuildFit(
+                build_of(members[0].params, self.space),
+                step,
+                [t.number for t in members],
+                n,
+                max(loads, default=None),
+            )
+            self.stamps[key] = stamp
+        return self.fits
+
+    def nearest(self, params: dict[str, Any]) -> tuple[BuildFit, int] | None:
+        """The calibrated build of ``params``, or the one differing in fewest build knobs
+        (ties: the most recently measured), and how many build knobs differ."""
+        if not self.fits:
+            return None
+        want = build_of(params, self.space)
+
+        def distance(f: BuildFit) -> int:
+            return sum(f.build.get(k) != v for k, v in want.items())
+
+        best = min(self.fits.values(), key=lambda f: (distance(f), -max(f.trials)))
+        return best, distance(best)
