@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from scipy.stats import norm
@@ -38,7 +37,7 @@ from tuner.calibration import BuildFit, Calibration, build_key
 from tuner.knob import Knob
 from tuner.model_errors import model_errors
 from tuner.report import PredictedReport, TrialReport
-from tuner.rescore import read_records
+from tuner.rescore import RescoreError, read_records, records_path
 from tuner.screen import screen
 from tuner.search import config_key
 from tuner.servemodel.configs import build_label, build_of, kv_bytes_per_token, sim_knobs
@@ -108,20 +107,19 @@ class Guide:
         """The (prompt, output) tokens the run's requests had, from the first measured ones."""
         if self._lengths is None:
             for t in self.st.measured():
-                for p in t.points:
-                    recs = [r for r in self._records(p.records_file) if r.ok and r.n_prompt]
+                for i in range(len(t.points)):
+                    recs = [r for r in self._records(t, i) if r.ok and r.n_prompt]
                     if recs:
                         self._lengths = [(int(r.n_prompt or 0), r.n_out) for r in recs]
                         return self._lengths
         return self._lengths
 
-    def _records(self, path: str) -> list[RequestRecord]:
-        f = Path(path)
-        if not f.is_absolute():
-            f = self.st.out / f
+    def _records(self, t: TrialReport, i: int) -> list[RequestRecord]:
+        """A point's records, where it was written (relative to the working directory, as
+        the run names it) or where the run folder has moved to."""
         try:
-            return read_records(f)
-        except OSError:
+            return read_records(records_path(self.st.out, t, t.points[i]))
+        except (RescoreError, OSError):
             return []
 
     @property
@@ -129,7 +127,7 @@ class Guide:
         if self._cal is None:
             self._cal = Calibration(
                 self.space,
-                lambda t, i: self._records(t.points[i].records_file),
+                self._records,
                 self.st.load_of,
             )
         return self._cal

@@ -81,7 +81,7 @@ def _state(tmp_path: Path) -> RunState:
     return st
 
 
-def _baseline(st: RunState, score: float) -> TrialReport:
+def _baseline(st: RunState, score: float, relative: bool = False) -> TrialReport:
     """The baseline "measured": three Poisson points of the true model at vLLM's defaults."""
     points = []
     for i, rate in enumerate((3.0, 6.0, 9.0)):
@@ -89,6 +89,8 @@ def _baseline(st: RunState, score: float) -> TrialReport:
         f = st.out / "trials" / "000" / f"r{i}.jsonl"
         f.parent.mkdir(parents=True, exist_ok=True)
         write_records(f, recs)
+        if relative:  # as a run with --output results names it: from the working directory
+            f = f.relative_to(Path.cwd())
         m = _metrics(recs)
         v = Verdict(holds=True, provisional=True, worst_margin=-0.5, checks=[])
         points.append(
@@ -111,9 +113,12 @@ def _baseline(st: RunState, score: float) -> TrialReport:
     return t
 
 
-def test_the_baseline_calibrates_its_build_and_the_model_predicts_it(tmp_path: Path) -> None:
+def test_the_baseline_calibrates_its_build_and_the_model_predicts_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
     st = _state(tmp_path)
-    _baseline(st, 600.0)
+    _baseline(st, 600.0, relative=True)
     g = Guide(st)
     fits = g.fits()
     assert len(fits) == 1
