@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from scipy.stats import norm
 
+from probes.drift import HORIZON_S
 from probes.records import RequestRecord
 from tuner.calibration import BuildFit, Calibration, build_key
 from tuner.knob import Knob
@@ -65,6 +66,7 @@ MIN_GAIN = 0.5
 Z90 = 1.645  # the normal quantile of a 90 % two-sided interval
 SCREEN_TRIALS = 48  # candidates the model screens per calibrated build and proposal
 SCREEN_RESOLUTION = 0.03  # a screened candidate's capacity is bracketed this finely
+SCREEN_HORIZON_S = 30.0  # seconds of arrivals per simulated point of a screened candidate
 
 
 @dataclass
@@ -84,6 +86,7 @@ class Guide:
     """The serving model over one run (see the module docstring)."""
 
     st: RunState
+    screen_trials: int = SCREEN_TRIALS  # candidates screened per calibrated build and proposal
     _screened: set[tuple] = field(default_factory=set)  # every configuration predicted
     _cal: Calibration | None = None
     _lengths: list[tuple[int, int]] | None = None
@@ -189,6 +192,7 @@ class Guide:
                 resamples=resamples,
                 start=fit.load,
                 resolution=SCREEN_RESOLUTION if resamples == 0 else RESOLUTION,
+                horizon_s=SCREEN_HORIZON_S if resamples == 0 else HORIZON_S,
             )
         except (SimulationError, ValueError):
             return None
@@ -221,7 +225,7 @@ class Guide:
         # nearest to (the best measured one's), so its first measurement is a good guess too.
         ref = self._key(best.params) if best is not None else next(iter(fits))
         sim_values = top.get(ref) or next(iter(top.values()), {})
-        for params in self._new_builds(stage, carried, sim_values):
+        for params in self._new_builds(stage, carried, sim_values, tried):
             if (c := self.predict({**carried, **params})) is not None:
                 cands.append(Candidate(params, c.prediction, c.basis, c.build_trials))
         cands = [
@@ -255,7 +259,9 @@ class Guide:
         seeds = [_in_range(sim, {**carried, **build})]
         if (best := self.st.best()) is not None:
             seeds.append(_in_range(sim, best.params))
-        ranked = screen(sim, score, n_trials=SCREEN_TRIALS, seed=self.st.opts.seed, seeds=seeds)
+        ranked = screen(
+            sim, score, n_trials=self.screen_trials, seed=self.st.opts.seed, seeds=seeds
+        )
         out = []
         for values, _ in ranked[:2]:
             params = {**base, **values}
@@ -264,17 +270,25 @@ class Guide:
         return out
 
     def _new_builds(
-        self, stage: Stage, carried: dict[str, Any], sim_values: dict[str, Any]
+        self, stage: Stage, carried: dict[str, Any], sim_values: dict[str, Any], tried: set[tuple]
     ) -> list[dict[str, Any]]:
-        """Stage settings of builds not measured yet: the space's candidates first, then the
-        best build with one of the stage's build knobs changed (its simulated knobs at
-        ``sim_values``)."""
+        """Stage settings of builds not measured yet: the space's candidates while any is
+        left (each the best of a grid measured elsewhere: a stronger prior than a knob changed
+        at random, which the model, transferring one build's step times to another, cannot
+        rank), then the best build with one of the stage's build knobs changed (its simulated
+        knobs at ``sim_values``)."""
         known = set(self.fits())
         best = self.st.best()
         base = _in_range(stage.knobs, best.params if best else carried) | sim_values
         # a candidate names some knobs; the others as the base has them (in range), so what is
         # measured is what was predicted
-        out = [base | dict(c) for c in stage.candidates if self._key({**carried, **c}) not in known]
+        out = [
+            base | dict(c)
+            for c in stage.candidates
+            if self._key({**carried, **c}) not in known and config_key(base | dict(c)) not in tried
+        ]
+        if out:
+            return out
         for knob in stage.knobs:
             if knob.sim is not None and not knob.sim_build:
                 continue

@@ -133,10 +133,10 @@ def test_the_baseline_calibrates_its_build_and_the_model_predicts_it(
     assert other.prediction.spread_model > c.prediction.spread_model
 
 
-def test_the_guide_screens_hundreds_and_proposes_what_could_gain(tmp_path: Path) -> None:
+def test_the_guide_screens_the_scheduler_knobs_and_proposes_what_could_gain(tmp_path: Path) -> None:
     st = _state(tmp_path)
     base = _baseline(st, 600.0)
-    g = Guide(st)
+    g = Guide(st, screen_trials=24)
     own = g.predict({})
     assert own is not None
     base.score_tokens_per_s = own.prediction.tokens_per_s  # measured as predicted
@@ -144,7 +144,7 @@ def test_the_guide_screens_hundreds_and_proposes_what_could_gain(tmp_path: Path)
     assert stage is not None
     c = g.propose(stage, {}, {config_key({})})
     assert c is not None
-    assert g.screened >= 40
+    assert g.screened >= 12  # distinct settings (the sampler repeats some)
     assert expected_gain(c, base.score_tokens_per_s) >= MIN_GAIN * 0.05 * 600.0 * 0.5
     assert st.space.broken_rule(c.params, st.ctx) is None  # type: ignore[union-attr]
     # the best setting the screen found for the calibrated build is at least its seed
@@ -158,9 +158,9 @@ def test_nothing_is_proposed_when_the_best_is_far_beyond_every_prediction(tmp_pa
     _baseline(st, 100_000.0)  # a measured best no configuration is predicted near
     stage = st.space.stage("batching")  # type: ignore[union-attr]
     assert stage is not None
-    g = Guide(st)
+    g = Guide(st, screen_trials=24)
     assert g.propose(stage, {}, {config_key({})}) is None
-    assert g.screened >= 40
+    assert g.screened >= 12  # distinct settings (the sampler repeats some)
 
 
 def _candidate(tokens_per_s: float, spread_model: float) -> Candidate:

@@ -107,8 +107,10 @@ class Simulator:
         max_error_rate: float,
         kind: Literal["rate", "concurrency"],
         seed: int = 0,
+        horizon_s: float = HORIZON_S,
     ) -> None:
         self.step, self.knobs, self.lengths = step, knobs, lengths
+        self.horizon_s = horizon_s
         self.slos, self.max_error_rate, self.kind, self.seed = slos, max_error_rate, kind, seed
         self.samples: list[Samples] = []
         self.points: list[PredictedLoad] = []
@@ -116,7 +118,7 @@ class Simulator:
     def records(self, x: float) -> list[RequestRecord]:
         seed = self.seed * 7919 + len(self.points)
         if self.kind == "rate":
-            n = int(min(MAX_REQUESTS, max(MIN_REQUESTS, round(x * HORIZON_S))))
+            n = int(min(MAX_REQUESTS, max(MIN_REQUESTS, round(x * self.horizon_s))))
             return simulate(poisson(x, n, self.lengths, seed), self.knobs, self.step)
         c = int(x)
         first, more = closed_loop(
@@ -169,6 +171,7 @@ def predict(
     resamples: int = 100,
     start: float | None = None,
     resolution: float = RESOLUTION,
+    horizon_s: float = HORIZON_S,
 ) -> Prediction:
     """The capacity of ``knobs`` under ``step``, judged as a measured trial is judged.
 
@@ -186,8 +189,10 @@ def predict(
         start: a load near the expected capacity (a similar configuration's), where the
             bracket starts, with a smaller first step.
         resolution: the bracket's relative width when the bisection stops.
+        horizon_s: seconds of arrivals a simulated open-loop point spans (a screen may take
+            less: the verdict projects a growing queue to the drift horizon anyway).
     """
-    sim = Simulator(step, knobs, lengths, slos, max_error_rate, kind, seed)
+    sim = Simulator(step, knobs, lengths, slos, max_error_rate, kind, seed, horizon_s)
     try:
         _bracket(sim, upper_bound(step, knobs, *mean_lengths), start, resolution)
     except SimulationError:
