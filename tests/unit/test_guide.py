@@ -5,24 +5,16 @@ writes its records; the guide calibrates on those files as it would on a real ru
 
 from __future__ import annotations
 
-import json
-import random
 from pathlib import Path
 
 import pytest
 
 from probes.metrics import Dist, LoadMetrics, Verdict, summarize
 from probes.slo import parse_slos
-from probes.workload import parse_workload
-from tuner.budget import Budget, PhaseTimes
-from tuner.capacity import LoadAxis
-from tuner.estimate import constraints
-from tuner.gates import QualityGate
+from tests.unit.run_state import run_state
 from tuner.guide import MIN_GAIN, Candidate, Guide, expected_gain
-from tuner.hardware import Hardware
 from tuner.measure import write_records
 from tuner.model_errors import model_errors
-from tuner.options import TuneOptions
 from tuner.report import PointReport, PredictedReport, TrialReport
 from tuner.screen import screen
 from tuner.search import config_key
@@ -32,7 +24,6 @@ from tuner.servemodel.scheduler import Knobs, simulate
 from tuner.servemodel.steptime import StepModel
 from tuner.space import load_space, space_path
 from tuner.state import RunState
-from tuner.store import MemoryStore
 
 TRUE = StepModel(base_s=0.02, per_prefill_token_s=0.0002, per_decode_s=0.001, overhead_s=0.03)
 SMOLLM2 = {
@@ -50,34 +41,10 @@ def _metrics(recs: list) -> LoadMetrics:
 
 
 def _state(tmp_path: Path) -> RunState:
-    model = tmp_path / "model"
-    model.mkdir(exist_ok=True)
-    (model / "config.json").write_text(json.dumps(SMOLLM2))
-    opts = TuneOptions(
-        model=str(model),
-        slos=parse_slos(["ttft=2s"]),
-        workload=parse_workload("synthetic:input=128,output=64"),
-        output_dir=tmp_path / "results",
-    )
-    st = RunState(
-        opts=opts,
-        say=lambda msg: None,
-        engine=None,  # type: ignore[arg-type]  # not started here
-        hw=Hardware(hostname="h", cpu_model="c", cpu_count=2, memory_gib=1.0),
-        run_id="r",
-        out=tmp_path / "run",
-        store=MemoryStore(),
-        salt="s",
-        rng=random.Random(0),
-        axis=LoadAxis("rate", minimum=0.01, maximum=100.0),
-        cons=constraints(opts.slos, opts.max_error_rate),
-        clock=PhaseTimes(),
-        budget=Budget(None),
-        quality=QualityGate(1.0),
-    )
+    st = run_state(tmp_path, model_config=SMOLLM2)
     st.space = load_space(space_path("vllm", "cpu")).for_machine(0, {"max_model_len": 8192})
     st.ctx = {"max_model_len": 8192}
-    st.model_path = str(model)
+    st.model_path = str(tmp_path / "model")
     return st
 
 

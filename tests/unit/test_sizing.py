@@ -5,25 +5,18 @@ vLLM's defaults at 2.73 requests/s, about 196 s for one 505-request confirmation
 from __future__ import annotations
 
 import math
-import random
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from probes.metrics import Dist, LoadMetrics, Verdict
-from probes.slo import parse_slos
-from probes.workload import parse_workload
+from tests.unit.run_state import run_state
 from tuner import sizing
-from tuner.budget import Budget, PhaseTimes
 from tuner.capacity import LoadAxis
-from tuner.estimate import Samples, constraints
-from tuner.gates import QualityGate
-from tuner.hardware import Hardware
-from tuner.options import TuneOptions
+from tuner.estimate import Samples
 from tuner.report import PointReport, TrialReport
 from tuner.state import RunState
-from tuner.store import MemoryStore
 
 BUDGET_S = 780.0
 
@@ -37,32 +30,7 @@ class Clock:
 
 
 def _state(tmp_path: Path, clock: Clock, budget_s: float | None = BUDGET_S) -> RunState:
-    model = tmp_path / "model"
-    model.mkdir(exist_ok=True)
-    (model / "config.json").write_text("{}")
-    opts = TuneOptions(
-        model=str(model),
-        slos=parse_slos(["ttft=2s"]),
-        workload=parse_workload("synthetic:input=128,output=64"),
-        time_budget_s=budget_s,
-        output_dir=tmp_path / "results",
-    )
-    return RunState(
-        opts=opts,
-        say=lambda msg: None,
-        engine=None,  # type: ignore[arg-type]  # not started here
-        hw=Hardware(hostname="h", cpu_model="c", cpu_count=2, memory_gib=1.0),
-        run_id="r",
-        out=tmp_path / "run",
-        store=MemoryStore(),
-        salt="s",
-        rng=random.Random(0),
-        axis=LoadAxis("rate", minimum=0.01, maximum=100.0),
-        cons=constraints(opts.slos, opts.max_error_rate),
-        clock=PhaseTimes(now=clock),
-        budget=Budget(budget_s, now=clock, start=0.0),
-        quality=QualityGate(1.0),
-    )
+    return run_state(tmp_path, budget_s=budget_s, now=clock)
 
 
 def _metrics(rate: float, e2e_ms: float, duration_s: float = 20.0) -> LoadMetrics:
