@@ -15,8 +15,9 @@ from typing import TYPE_CHECKING, Any
 
 from tuner import sizing, worker
 from tuner.guide import Guide
-from tuner.report import ContrastReport, PredictedReport, StageReport, TrialReport
-from tuner.search import Outcome, StageResult, config_key, run_stage
+from tuner.guided_stage import GuidedStage
+from tuner.report import ContrastReport, StageReport, TrialReport
+from tuner.search import Outcome, StageResult, run_stage
 from tuner.space import STAGE_ORDER, Stage
 from tuner.state import RunState
 from tuner.trial import Evaluator
@@ -96,7 +97,7 @@ def search(st: RunState, ev: Evaluator) -> None:
     # study, whose workers each sample on their own), and predicts every trial it can.
     simulated = any(k.sim is not None for k in space.knobs().values())
     guide = (
-        Guide(st)
+        GuidedStage(st, Guide(st))
         if simulated and st.opts.serving_model and st.launches and shared is None
         else None
     )
@@ -143,11 +144,10 @@ def search(st: RunState, ev: Evaluator) -> None:
                 n, handle = shared.begin()
             st.doing.stage_started = len(numbers) + 1
             full = {**carried, **params}
-            predicted = _predicted(st, guide, full, n) if guide is not None else None
+            predicted = guide.before(full, n) if guide is not None else None
             t = ev.evaluate(n, stage_name, full, predicted)
             if guide is not None:
                 guide.after(t)
-                st.screened = guide.screened
             st.trials.append(t)
             numbers.append(n)
             told = outcome(t)
@@ -171,7 +171,7 @@ def search(st: RunState, ev: Evaluator) -> None:
             should_stop=partial(sizing.time_left_reason, st, started=numbers),
             refuse=partial(_refuse, st, dict(carried)),
             claim=shared.slots(name, n_trials) if shared else None,
-            propose=partial(_propose, st, guide, stage, dict(carried))
+            propose=partial(guide.propose, stage, dict(carried))
             if guide is not None and any(k.sim and not k.sim_build for k in stage.knobs)
             else None,
         )
@@ -192,51 +192,6 @@ def search(st: RunState, ev: Evaluator) -> None:
         st.say(
             f"stage {name} done: {result.started} configurations, stopped: {result.stopped_because}"
         )
-
-
-def _predicted(
-    st: RunState, guide: Guide, params: dict[str, Any], number: int
-) -> PredictedReport | None:
-    """The serving model's prediction for trial ``number``, said before it is measured."""
-    p = guide.before(params)
-    st.screened = guide.screened
-    label = f"trial {number}"
-    if p is None:
-        st.say(f"{label}: no prediction (no build is calibrated yet)")
-        return None
-    load = f"{p.load:.2f} {st.axis.unit}" if p.load else "no load"
-    hi = f"{p.high:.0f}" if p.high is not None else "?"
-    if p.basis == "calibrated":
-        why = f"calibrated on trial(s) {', '.join(map(str, p.build_trials))}"
-    else:
-        why = (
-            f"a build not measured yet ({guide.label(params)}), predicted from the nearest "
-            "measured one: this measurement calibrates it"
-        )
-    st.say(f"{label}: predicted {p.tokens_per_s:.0f} tok/s [{p.low:.0f}-{hi}] at {load} ({why})")
-    return p
-
-
-def _propose(
-    st: RunState, guide: Guide, stage: Stage, carried: dict[str, Any], tried: set[tuple]
-) -> dict[str, Any] | str | None:
-    """The serving model's next configuration for ``stage`` (tuner/search.py ``propose``)."""
-    if not guide.fits():
-        # Nothing calibrated (the baseline left no records): the space's candidates, then
-        # the sampler.
-        return next((dict(c) for c in stage.candidates if config_key(c) not in tried), None)
-    c = guide.propose(stage, carried, tried)
-    st.screened = guide.screened
-    if c is None:
-        return (
-            f"the serving model expects none of the {guide.screened} configurations it "
-            "screened to beat the best measured one"
-        )
-    st.say(
-        f"stage {stage.name}: the serving model has screened {guide.screened} configurations;"
-        f" next: {' '.join(f'{k}={v}' for k, v in c.params.items())}"
-    )
-    return c.params
 
 
 def _settle(

@@ -1,0 +1,64 @@
+"""tuner/guided_stage.py: the model advises, and a failure of it does not end the run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from tests.unit.run_state import run_state
+from tuner.guide import Guide
+from tuner.guided_stage import GuidedStage
+from tuner.search import config_key
+from tuner.space import Stage
+
+STAGE = Stage.model_validate(
+    {
+        "name": "batching",
+        "knobs": [
+            {"name": "max_num_seqs", "type": "int", "low": 8, "high": 64, "flag": "--s",
+             "sim": "max_num_seqs"},
+        ],
+        "candidates": [{"max_num_seqs": 16}, {"max_num_seqs": 32}],
+    }
+)  # fmt: skip
+
+
+class Broken(Guide):
+    calls = 0
+
+    def fits(self) -> dict[str, Any]:
+        return {"b": object()}
+
+    def before(self, params: dict[str, Any]) -> None:
+        Broken.calls += 1
+        raise ZeroDivisionError("a model bug")
+
+    def propose(self, stage: Stage, carried: dict[str, Any], tried: set[tuple]) -> None:
+        raise ZeroDivisionError("a model bug")
+
+
+def test_a_failing_model_is_set_aside_and_the_stage_goes_on(tmp_path: Path) -> None:
+    st = run_state(tmp_path)
+    said: list[str] = []
+    st.say = said.append
+    g = GuidedStage(st, Broken(st))
+    assert g.before({"max_num_seqs": 16}, 1) is None
+    assert g.off is not None and "ZeroDivisionError: a model bug" in g.off
+    assert any("set aside" in line for line in said)
+    assert st.notes and "set aside" in st.notes[0]
+    # later calls do not ask the model again; the space's candidates come next
+    assert g.before({"max_num_seqs": 16}, 2) is None
+    assert Broken.calls == 1
+    tried = {config_key({"max_num_seqs": 16})}
+    assert g.propose(STAGE, {}, tried) == {"max_num_seqs": 32}
+
+
+def test_a_model_failing_in_a_proposal_falls_back_to_the_candidates(tmp_path: Path) -> None:
+    st = run_state(tmp_path)
+    st.say = lambda msg: None
+    g = GuidedStage(st, Broken(st))
+    assert g.propose(STAGE, {}, set()) == {"max_num_seqs": 16}
+    assert g.off is not None
+    # with every candidate tried, the sampler proposes (None)
+    tried = {config_key(c) for c in STAGE.candidates}
+    assert g.propose(STAGE, {}, tried) is None
