@@ -173,6 +173,7 @@ def find_capacity(
     abandon: Callable[[list[PointOutcome]], str | None] | None = None,
     should_stop: Callable[[], str | None] = lambda: None,
     too_short: Callable[[float], bool] = lambda load: False,
+    descend: float = 0.5,
 ) -> CapacityResult:
     """Measure loads until the highest one whose point holds every SLO is bracketed.
 
@@ -194,6 +195,8 @@ def find_capacity(
             there would get now, ``sizing.n_search``). The highest load that held below a
             failure is then measured once more, before the bracket is refined or the search
             stops on it; a failure there moves the bracket down.
+        descend: while every load failed, the next is this share of the lowest (0.5; a start
+            at a calibrated prediction failed by a little, so a smaller step down).
     """
     res = CapacityResult(best=None)
     by_load: dict[float, PointOutcome] = {}
@@ -230,7 +233,7 @@ def find_capacity(
             x = _next_up(top, growth, axis, rate_step)
         else:  # everything failed so far: descend
             low = min(q.load for q in failed)
-            x = axis.floor(low / 2) if low > axis.minimum else None
+            x = axis.floor(low * descend) if low > axis.minimum else None
         return None if x is None or x in by_load else x
 
     try:

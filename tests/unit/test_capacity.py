@@ -114,6 +114,13 @@ def test_descends_from_a_failing_start() -> None:
     assert_found(system, res.best, res.points, resolution=1.15)
 
 
+def test_a_start_at_a_prediction_steps_down_by_less() -> None:
+    system = System(capacity=10.5)
+    res = find_capacity(system, start=14, max_points=12, descend=0.8)
+    assert system.measured[:2] == [14, 11]  # floor(14 x 0.8): not 7
+    assert_found(system, res.best, res.points, resolution=1.15)
+
+
 def test_saturation_stops_climbing() -> None:
     # Throughput stops growing past 16 while the SLOs keep holding.
     system = System(capacity=10_000, tokens_per_s=lambda c: 10.0 * min(c, 16))
