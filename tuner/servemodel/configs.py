@@ -21,6 +21,7 @@ from tuner.servemodel.scheduler import Knobs
 from tuner.space import SearchSpace
 
 GIB = 1024**3
+NO_BUDGET = 1 << 30
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 
 
@@ -78,11 +79,13 @@ def sim_knobs(params: dict[str, Any], space: SearchSpace, bytes_per_token: int |
     for name, knob in space.knobs().items():
         if knob.sim is not None and full.get(name) is not None:
             values[knob.sim] = full[name]
-    if "max_num_seqs" not in values or "max_num_batched_tokens" not in values:
+    if "max_num_seqs" not in values:
         raise ValueError(
-            f"the {space.engine}-{space.device} space names no max_num_seqs or "
-            "max_num_batched_tokens knob (sim:); the serving model needs both"
+            f"the {space.engine}-{space.device} space names no max_num_seqs knob (sim:); the "
+            "serving model needs the batch limit"
         )
+    # An engine without a step token budget (the space names none) batches whole prompts.
+    values.setdefault("max_num_batched_tokens", NO_BUDGET)
     kv_blocks = None
     gib = values.get("kv_cache_gib")
     if gib is not None and bytes_per_token:
