@@ -82,6 +82,16 @@ class Calibration:
             self.stamps[key] = stamp
         return self.fits
 
+    def lengths(self, trials: Sequence[TrialReport]) -> list[tuple[int, int]] | None:
+        """The (prompt, output) tokens the run's requests had: those of its first measured
+        point with a completed request (None: there is none)."""
+        for t in trials:
+            for i in range(len(t.points)):
+                recs = [r for r in self.read(t, i) if r.ok and r.n_prompt]
+                if recs:
+                    return [(int(r.n_prompt or 0), r.n_out) for r in recs]
+        return None
+
     def nearest(self, params: dict[str, Any]) -> tuple[BuildFit, int] | None:
         """The calibrated build of ``params``, or the one differing in fewest build knobs
         (ties: the most recently measured), and how many build knobs differ."""

@@ -26,7 +26,6 @@ report.json can give the model's error per metric beside every measurement (``er
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -52,7 +51,7 @@ from tuner.servemodel.predict import (
     predict,
 )
 from tuner.servemodel.scheduler import SimulationError
-from tuner.servemodel.spreads import MODEL_SPREAD, RUN_TO_RUN, TRANSFER_SPREAD
+from tuner.servemodel.spreads import spread_for
 from tuner.servemodel.steptime import StepModel
 from tuner.space import SearchSpace, Stage
 
@@ -75,10 +74,6 @@ class Candidate:
     prediction: Prediction
     basis: str
     build_trials: list[int]
-
-    @property
-    def optimistic(self) -> float:
-        return math.inf if self.prediction.high is None else self.prediction.high
 
 
 @dataclass
@@ -109,12 +104,7 @@ class Guide:
     def lengths(self) -> list[tuple[int, int]] | None:
         """The (prompt, output) tokens the run's requests had, from the first measured ones."""
         if self._lengths is None:
-            for t in self.st.measured():
-                for i in range(len(t.points)):
-                    recs = [r for r in self._records(t, i) if r.ok and r.n_prompt]
-                    if recs:
-                        self._lengths = [(int(r.n_prompt or 0), r.n_out) for r in recs]
-                        return self._lengths
+            self._lengths = self.calibration.lengths(self.st.measured())
         return self._lengths
 
     def _records(self, t: TrialReport, i: int) -> list[RequestRecord]:
@@ -149,11 +139,7 @@ class Guide:
 
     # ------------------------------------------------------------ prediction
     def spread(self, transferred: bool) -> Spread:
-        errs = self.errors().get("capacity")
-        model = errs["median"] if errs else MODEL_SPREAD
-        if transferred:
-            model = math.hypot(model, TRANSFER_SPREAD)
-        return Spread(run_to_run=RUN_TO_RUN, model=model)
+        return spread_for(self.errors().get("capacity", {}).get("median"), transferred)
 
     def predict(self, params: dict[str, Any], *, resamples: int = 100) -> Candidate | None:
         """The model's prediction for the full configuration ``params`` (None: no build is

@@ -25,9 +25,9 @@ from tuner.report import Report, TrialReport
 from tuner.rescore import read_records, records_path
 from tuner.servemodel.configs import build_label, kv_bytes_per_token, sim_knobs
 from tuner.servemodel.load import cycled
-from tuner.servemodel.predict import Prediction, Spread, mean_of, predict
+from tuner.servemodel.predict import Prediction, mean_of, predict
 from tuner.servemodel.scheduler import SimulationError
-from tuner.servemodel.spreads import MODEL_SPREAD, RUN_TO_RUN, TRANSFER_SPREAD
+from tuner.servemodel.spreads import spread_for
 from tuner.space import SearchSpace, SpaceError, load_space, space_path
 
 
@@ -134,13 +134,10 @@ def predict_from_run(
     if found is None:
         raise PredictError(f"{run_dir}: no measured build has records enough to calibrate on")
     fit, distance = found
-    pairs = _lengths(workload, trials, read)
+    pairs = _lengths(workload, trials, cal)
     the_slos = slos or _run_slos(report)
     errors = model_errors(trials)
-    model = errors.get("capacity", {}).get("median", MODEL_SPREAD)
-    spread = Spread(
-        RUN_TO_RUN, model if distance == 0 else float((model**2 + TRANSFER_SPREAD**2) ** 0.5)
-    )
+    spread = spread_for(errors.get("capacity", {}).get("median"), distance > 0)
     try:
         sk = sim_knobs(
             params, space, kv_bytes_per_token(report.model_path, params.get("kv_cache_dtype"))
@@ -187,7 +184,7 @@ def predict_from_run(
 
 
 def _lengths(
-    workload: Workload | None, trials: list[TrialReport], read: Any
+    workload: Workload | None, trials: list[TrialReport], cal: Calibration
 ) -> list[tuple[int, int]]:
     """The (prompt, output) pairs to simulate: the workload's, or the run's measured ones."""
     if isinstance(workload, SyntheticWorkload):
@@ -195,11 +192,8 @@ def _lengths(
 
         rng = random.Random(0)
         return [workload.lengths(rng) for _ in range(500)]
-    for t in trials:
-        for i in range(len(t.points)):
-            recs = [r for r in read(t, i) if r.ok and r.n_prompt]
-            if recs:
-                return [(int(r.n_prompt or 0), r.n_out) for r in recs]
+    if (pairs := cal.lengths(trials)) is not None:
+        return pairs
     raise PredictError("the run has no completed request to take the workload's lengths from")
 
 

@@ -10,6 +10,19 @@
 
 from __future__ import annotations
 
+import math
+
+from tuner.servemodel.predict import Spread
+
 RUN_TO_RUN = 0.08
 MODEL_SPREAD = 0.10
 TRANSFER_SPREAD = 0.30
+
+
+def spread_for(model_error: float | None, transferred: bool) -> Spread:
+    """A prediction's spreads: the run-to-run term, and the model's error (``MODEL_SPREAD``
+    until one is measured), with the transfer term added where the build was not measured."""
+    model = MODEL_SPREAD if model_error is None else model_error
+    if transferred:
+        model = math.hypot(model, TRANSFER_SPREAD)
+    return Spread(run_to_run=RUN_TO_RUN, model=model)

@@ -97,21 +97,6 @@ class StepModel(BaseModel):
             + self.per_prefill_kpair_s * prefill_kpairs
         )
 
-    def scaled(self, factor: float) -> StepModel:
-        """Every step ``factor`` times as long (a build predicted from another one)."""
-        return self.model_copy(
-            update={
-                k: getattr(self, k) * factor
-                for k in (
-                    "base_s",
-                    "per_prefill_token_s",
-                    "per_decode_s",
-                    "per_ctx_ktoken_s",
-                    "per_prefill_kpair_s",
-                )
-            }
-        )
-
 
 class FitError(ValueError):
     """Too few or degenerate observations to fit a step model."""
