@@ -6,7 +6,9 @@ Sweeps, each a few requests on the live server (fresh salts, so no prefix-cache 
    tokens/s is the inverse of the least-squares slope of TTFT over prompt tokens. After two
    lengths, a longer one whose TTFT would exceed ``PREFILL_MAX_S`` is skipped.
 2. TPOT and output tokens/s against concurrency with the user's workload lengths: how decoding
-   scales with the batch.
+   scales with the batch (1, 4, the user's load, and four times that: the serving model,
+   tuner/servemodel/, is calibrated on these records where no trial has measured the build, so
+   the sweep reaches batches near those a capacity search meets).
 3. The split of time between prefill and decoding at the user's load: from the client (TTFT
    against E2E - TTFT) and, where the server exposes them, from deltas of
    the engine's prefill and decode time series (vLLM's ``vllm:request_prefill_time_seconds``
@@ -27,12 +29,14 @@ from pydantic import BaseModel, ConfigDict
 
 from probes.client import LoadClient, run_load
 from probes.metrics import LoadMetrics, summarize
+from probes.records import RequestRecord
 from probes.roofline import DeviceRates, ModelSize, measure_device, model_size, parse_cache_bytes
 from probes.server_metrics import ServerSeries, delta, fetch_snapshot
 from probes.verdict import ProbeVerdict, decide
 from probes.workload import SyntheticWorkload, Tokenizer, Workload, prepare_requests
 
 PREFILL_MAX_S = 5.0  # a longer prompt of the prefill sweep is skipped past this TTFT
+BATCH_SWEEP_FACTOR = 4  # the decode sweep's largest batch, in multiples of the user's load
 
 
 class SweepPoint(BaseModel):
@@ -63,6 +67,9 @@ class Diagnosis(BaseModel):
     model: ModelSize | None
     llc_bytes: int | None
     verdict: ProbeVerdict
+    # where the caller kept each sweep point's per-request records (``keep``), by point name
+    # (``prefill-<tokens>``, ``decode-c<concurrency>``)
+    records_files: dict[str, str] = {}
 
 
 def _point(m: LoadMetrics, prompt: int, out: int, c: int) -> SweepPoint:
@@ -111,23 +118,26 @@ def run_diagnosis(
     progress: Callable[[str], None] = lambda m: None,
     measure_roofline: bool = True,
     enough: Callable[[SweepPoint], bool] = lambda p: False,
+    keep: Callable[[str, list[RequestRecord]], None] = lambda name, records: None,
 ) -> Diagnosis:
     """Run the sweeps on the server ``client`` points at and decide (module docstring).
 
     ``enough``: asked with the decode sweep's concurrency-1 point; True ends the decode sweep
     there (the caller has learnt what it needed: no load can meet its SLOs, say), so a server
-    that takes seconds a request is not swept at larger batches too."""
+    that takes seconds a request is not swept at larger batches too. ``keep``: given each
+    sweep point's name and per-request records, as measured."""
     seeds = iter(range(seed * 1000 + 1, seed * 1000 + 1000))
     if isinstance(workload, SyntheticWorkload):
         in_len, out_len = workload.input_len, workload.output_len
     else:
         in_len, out_len = 128, 64
 
-    def measure(wl: Workload, n: int, c: int) -> LoadMetrics:
+    def measure(wl: Workload, n: int, c: int, name: str) -> LoadMetrics:
         reqs = prepare_requests(
             wl, n, model=served_model, tokenizer=tokenizer, seed=next(seeds), ignore_eos=ignore_eos
         )
         res = run_load(client, reqs, concurrency=c)
+        keep(name, res.records)
         return summarize(res.records, client_cpu_pct=res.client_cpu_pct)
 
     # 1. Prefill: TTFT against prompt length, one request at a time.
@@ -148,7 +158,7 @@ def run_diagnosis(
                         f"(about {expect_s:.0f} s a request or more)"
                     )
                     break
-            m = measure(SyntheticWorkload(input_len=n_tok, output_len=2), 3, 1)
+            m = measure(SyntheticWorkload(input_len=n_tok, output_len=2), 3, 1, f"prefill-{n_tok}")
             prefill.append(_point(m, n_tok, 2, 1))
             progress(f"probe: prefill {n_tok:5d} tokens: TTFT p50 {m.ttft_ms.p50 or 0:.0f} ms")
     rate = prefill_rate(prefill)
@@ -160,14 +170,14 @@ def run_diagnosis(
         else SyntheticWorkload(input_len=in_len, output_len=out_len)
     )
     load_c = max(1, load_concurrency)
-    concs = sorted({1, 4, load_c})
+    concs = sorted({1, 4, load_c, BATCH_SWEEP_FACTOR * load_c})
     decode: list[SweepPoint] = []
     split_s: dict[str, float] | None = None
     client_share = server_share = None
     load_metrics: LoadMetrics | None = None
     for c in concs:
         before = _snap(client.base_url, series) if c == load_c else None
-        m = measure(wl, max(2 * c, 4), c)
+        m = measure(wl, max(2 * c, 4), c, f"decode-c{c}")
         decode.append(_point(m, in_len, out_len, c))
         progress(
             f"probe: decode at c={c:<3d} TPOT p50 {m.tpot_ms.p50 or 0:.1f} ms, "
@@ -206,18 +216,20 @@ def run_diagnosis(
             f"{rates.matmul_tflops * 1000:.0f} GFLOP/s{fp32}"
         )
     tpot1 = next((p.tpot_ms_p50 for p in decode if p.concurrency == 1), None)
-    first, last = decode[0], decode[-1]
+    # The verdict weighs batches up to the user's load (the larger one is for calibration).
+    swept = [p for p in decode if p.concurrency <= load_c]
+    first, last = swept[0], swept[-1]
     if client_share is None and load_metrics is None and first.ttft_ms_p50 and first.e2e_ms_p50:
         # The sweep ended at one request alone (``enough``): the split is that request's.
         client_share = first.ttft_ms_p50 / first.e2e_ms_p50
     gain = (
         last.output_tokens_per_s / first.output_tokens_per_s
-        if first.output_tokens_per_s > 0 and len(decode) > 1
+        if first.output_tokens_per_s > 0 and len(swept) > 1
         else None
     )
     growth = (
         last.tpot_ms_p50 / first.tpot_ms_p50
-        if first.tpot_ms_p50 and last.tpot_ms_p50 and len(decode) > 1
+        if first.tpot_ms_p50 and last.tpot_ms_p50 and len(swept) > 1
         else None
     )
     share, source = (

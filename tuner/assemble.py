@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from probes.exactness import Exactness
 from probes.workload import SyntheticWorkload
-from tuner.model_errors import model_errors
+from tuner.model_errors import errors_by_basis, model_errors
 from tuner.report import (
     Report,
     ServingModelReport,
@@ -23,7 +23,7 @@ from tuner.report import (
     dump_json,
     write_atomic,
 )
-from tuner.servemodel.spreads import RUN_TO_RUN, TRANSFER_SPREAD
+from tuner.servemodel.spreads import PROBE_SPREAD, RUN_TO_RUN, TRANSFER_SPREAD
 from tuner.state import RunState
 
 RunStatus = Literal["complete", "interrupted", "failed"]
@@ -125,8 +125,10 @@ def serving_model_report(st: RunState) -> ServingModelReport | None:
         screened=st.screened,
         predicted_trials=predicted,
         errors=model_errors(st.measured()),
+        errors_by_basis=errors_by_basis(st.measured()),
         run_to_run_spread=RUN_TO_RUN,
         transfer_spread=TRANSFER_SPREAD,
+        probe_spread=PROBE_SPREAD,
     )
 
 

@@ -2,8 +2,11 @@
 
 Trials that share a build (tuner/servemodel/configs.py ``build_of``: every knob the serving
 model does not simulate) are calibrated together on the records of all their points, so each
-measured configuration sharpens its build's model. A tuning run refits as it measures (the
-guide, tuner/guide.py); ``autotune predict`` fits a finished run's builds once.
+measured configuration sharpens its build's model. The probe's sweeps on the baseline server
+(``ProbePoints``: lone prompts of several lengths, decoding batches up to four times the user's
+load) calibrate the baseline's build before any trial is measured, and go on counting beside its
+trials' points. A tuning run refits as it measures (the guide, tuner/guide.py); ``autotune
+predict`` fits a finished run's builds once.
 """
 
 from __future__ import annotations
@@ -11,10 +14,12 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from probes.records import RequestRecord
 from tuner.report import TrialReport
+from tuner.rescore import read_records
 from tuner.servemodel.calibrate import calibrate
 from tuner.servemodel.configs import build_label, build_of
 from tuner.servemodel.steptime import FitError, StepModel
@@ -24,15 +29,46 @@ MIN_CALIBRATION_REQUESTS = 20  # fewer completed requests in a build: it is not 
 ReadRecords = Callable[[TrialReport, int], list[RequestRecord]]  # (trial, point index)
 
 
+@dataclass(frozen=True)
+class ProbePoints:
+    """The probe's sweep points (per-request records), measured on a server of ``params``."""
+
+    params: dict[str, Any]
+    points: list[list[RequestRecord]]
+    lengths: list[tuple[int, int]] | None = None  # (prompt, output) of its decode sweep
+
+
+def probe_points(
+    files: dict[str, str], params: dict[str, Any], run_dir: Path
+) -> ProbePoints | None:
+    """The probe's kept records (``Diagnosis.records_files``, as written or in ``run_dir``'s
+    probe folder where the run has moved) as calibration points (None: none could be read)."""
+    points: list[list[RequestRecord]] = []
+    lengths: list[tuple[int, int]] = []
+    for name, written in sorted(files.items()):
+        path = Path(written)
+        if not path.is_file():
+            path = run_dir / "probe" / path.name
+        try:
+            recs = read_records(path)
+        except (OSError, ValueError, TypeError):
+            continue
+        points.append(recs)
+        if name.startswith("decode-"):
+            lengths += [(int(r.n_prompt or 0), r.n_out) for r in recs if r.ok and r.n_prompt]
+    return ProbePoints(params, points, lengths or None) if points else None
+
+
 @dataclass
 class BuildFit:
     """One measured build's step model and what it rests on."""
 
     build: dict[str, Any]
     step: StepModel
-    trials: list[int]
+    trials: list[int]  # empty: calibrated on the probe alone
     requests: int
     load: float | None = None  # the highest capacity measured on this build: where to start
+    probe: bool = False  # the probe's points are among those it was fitted on
 
     def label(self, space: SearchSpace) -> str:
         return build_label(self.build, space)
@@ -50,20 +86,25 @@ class Calibration:
     space: SearchSpace
     read: ReadRecords
     load_of: Callable[[TrialReport], float | None]
+    probe: ProbePoints | None = None
     fits: dict[str, BuildFit] = field(default_factory=dict)
     stamps: dict[str, tuple] = field(default_factory=dict)
 
     def update(self, trials: Sequence[TrialReport]) -> dict[str, BuildFit]:
-        """Every build with enough records among ``trials``, fitted."""
+        """Every build with enough records among ``trials`` (and the probe's), fitted."""
         groups: dict[str, list[TrialReport]] = {}
         for t in trials:
             if t.points and t.status in ("ok", "infeasible", "abandoned"):
                 groups.setdefault(build_key(t.params, self.space), []).append(t)
+        probe_key = build_key(self.probe.params, self.space) if self.probe else None
+        if probe_key is not None:
+            groups.setdefault(probe_key, [])
         for key, members in groups.items():
-            stamp = tuple((t.number, len(t.points)) for t in members)
+            extra = self.probe.points if self.probe is not None and key == probe_key else []
+            stamp = (tuple((t.number, len(t.points)) for t in members), len(extra))
             if self.stamps.get(key) == stamp:
                 continue
-            points = [self.read(t, i) for t in members for i in range(len(t.points))]
+            points = extra + [self.read(t, i) for t in members for i in range(len(t.points))]
             n = sum(sum(r.ok for r in p) for p in points)
             if n < MIN_CALIBRATION_REQUESTS:
                 continue
@@ -72,25 +113,27 @@ class Calibration:
             except FitError:
                 continue
             loads = [x for t in members if t.status == "ok" and (x := self.load_of(t))]
+            params = members[0].params if members else (self.probe.params if self.probe else {})
             self.fits[key] = BuildFit(
-                build_of(members[0].params, self.space),
+                build_of(params, self.space),
                 step,
                 [t.number for t in members],
                 n,
                 max(loads, default=None),
+                probe=bool(extra),
             )
             self.stamps[key] = stamp
         return self.fits
 
     def lengths(self, trials: Sequence[TrialReport]) -> list[tuple[int, int]] | None:
         """The (prompt, output) tokens the run's requests had: those of its first measured
-        point with a completed request (None: there is none)."""
+        point with a completed request, else the probe's decode sweep (None: neither)."""
         for t in trials:
             for i in range(len(t.points)):
                 recs = [r for r in self.read(t, i) if r.ok and r.n_prompt]
                 if recs:
                     return [(int(r.n_prompt or 0), r.n_out) for r in recs]
-        return None
+        return self.probe.lengths if self.probe is not None else None
 
     def nearest(self, params: dict[str, Any]) -> tuple[BuildFit, int] | None:
         """The calibrated build of ``params``, or the one differing in fewest build knobs
@@ -102,5 +145,5 @@ class Calibration:
         def distance(f: BuildFit) -> int:
             return sum(f.build.get(k) != v for k, v in want.items())
 
-        best = min(self.fits.values(), key=lambda f: (distance(f), -max(f.trials)))
+        best = min(self.fits.values(), key=lambda f: (distance(f), -max(f.trials, default=-1)))
         return best, distance(best)

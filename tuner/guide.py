@@ -33,7 +33,7 @@ from scipy.stats import norm
 
 from probes.drift import HORIZON_S
 from probes.records import RequestRecord
-from tuner.calibration import BuildFit, Calibration, build_key
+from tuner.calibration import BuildFit, Calibration, build_key, probe_points
 from tuner.knob import Knob
 from tuner.model_errors import model_errors
 from tuner.report import PredictedReport, TrialReport
@@ -51,7 +51,7 @@ from tuner.servemodel.predict import (
     predict,
 )
 from tuner.servemodel.scheduler import SimulationError
-from tuner.servemodel.spreads import spread_for
+from tuner.servemodel.spreads import Basis, spread_for
 from tuner.servemodel.steptime import StepModel
 from tuner.space import SearchSpace, Stage
 
@@ -103,9 +103,12 @@ class Guide:
     # ------------------------------------------------------------ calibration
     def lengths(self) -> list[tuple[int, int]] | None:
         """The (prompt, output) tokens the run's requests had, from the first measured ones."""
-        if self._lengths is None:
-            self._lengths = self.calibration.lengths(self.st.measured())
-        return self._lengths
+        if self._lengths is not None:
+            return self._lengths
+        found = self.calibration.lengths(self.st.measured())
+        if any(t.points for t in self.st.measured()):  # not the probe's few: kept
+            self._lengths = found
+        return found
 
     def _records(self, t: TrialReport, i: int) -> list[RequestRecord]:
         """A point's records, where it was written (relative to the working directory, as
@@ -118,10 +121,13 @@ class Guide:
     @property
     def calibration(self) -> Calibration:
         if self._cal is None:
+            d = self.st.diagnosis
             self._cal = Calibration(
                 self.space,
                 self._records,
                 self.st.load_of,
+                # the probe ran on the baseline's server: the engine's defaults
+                probe=probe_points(d.records_files, {}, self.st.out) if d else None,
             )
         return self._cal
 
@@ -138,8 +144,11 @@ class Guide:
         return found[0] if found else None
 
     # ------------------------------------------------------------ prediction
-    def spread(self, transferred: bool) -> Spread:
-        return spread_for(self.errors().get("capacity", {}).get("median"), transferred)
+    def spread(self, basis: Basis) -> Spread:
+        """Spreads from the error measured on this run's trials (the probe-only predictions
+        left out: theirs is a weaker kind, with a term of its own)."""
+        measured = model_errors(self.st.measured(), ("calibrated", "transferred"))
+        return spread_for(measured.get("capacity", {}).get("median"), basis)
 
     def predict(self, params: dict[str, Any], *, resamples: int = 100) -> Candidate | None:
         """The model's prediction for the full configuration ``params`` (None: no build is
@@ -161,7 +170,9 @@ class Guide:
     def _predict(
         self, params: dict[str, Any], fit: BuildFit, pairs: list[tuple[int, int]], resamples: int
     ) -> Candidate | None:
-        calibrated = self._key(params) == self._key(fit.build)
+        basis: Basis = "transferred"
+        if self._key(params) == self._key(fit.build):
+            basis = "calibrated" if fit.trials else "probe"
         try:
             knobs = sim_knobs(params, self.space, self._kv_bytes(params))
             p = predict(
@@ -172,8 +183,8 @@ class Guide:
                 self.st.opts.max_error_rate,
                 self.st.axis.kind,
                 mean_lengths=mean_of(pairs),
-                spread=self.spread(not calibrated),
-                basis="calibrated" if calibrated else "transferred",
+                spread=self.spread(basis),
+                basis=basis,
                 seed=self.st.opts.seed,
                 resamples=resamples,
                 start=fit.load,
@@ -183,7 +194,7 @@ class Guide:
         except (SimulationError, ValueError):
             return None
         self._screened.add(config_key(params))
-        return Candidate(params, p, p.basis, list(fit.trials) if calibrated else [])
+        return Candidate(params, p, p.basis, list(fit.trials) if basis != "transferred" else [])
 
     def _draw(self, pairs: list[tuple[int, int]]) -> Lengths:
         return cycled(pairs)
@@ -298,7 +309,7 @@ class Guide:
         p = c.prediction
         at = p.at_capacity
         return PredictedReport(
-            basis="calibrated" if c.basis == "calibrated" else "transferred",
+            basis=c.basis,
             build_trials=c.build_trials,
             load=p.load,
             load_low=p.load_low,

@@ -36,7 +36,7 @@ class GuidedStage:
             self._failed(exc)
             return None
         self.st.screened = self.guide.screened
-        label = f"trial {number}"
+        label = f"trial {number}" if number else "baseline"
         if p is None:
             self.st.say(f"{label}: no prediction (no build is calibrated yet)")
             return None
@@ -44,6 +44,8 @@ class GuidedStage:
         hi = f"{p.high:.0f}" if p.high is not None else "?"
         if p.basis == "calibrated":
             why = f"calibrated on trial(s) {', '.join(map(str, p.build_trials))}"
+        elif p.basis == "probe":
+            why = "calibrated on the probe's sweeps alone: its capacity search starts there"
         else:
             why = (
                 f"a build not measured yet ({self.guide.label(params)}), predicted from the "

@@ -19,7 +19,8 @@ def model_figure(v: PredictionView) -> go.Figure | None:
     if not rows:
         return None
     fig = go.Figure()
-    for basis, symbol in (("calibrated", "circle"), ("transferred", "diamond-open")):
+    shapes = (("calibrated", "circle"), ("probe", "square-open"), ("transferred", "diamond-open"))
+    for basis, symbol in shapes:
         sel = [p for p in rows if p.basis == basis]
         if not sel:
             continue

@@ -8,12 +8,15 @@ import statistics
 from tuner.report import TrialReport
 
 
-def model_errors(trials: list[TrialReport]) -> dict[str, dict[str, float]]:
-    """Median and worst |predicted / measured - 1| per metric over trials with both."""
+def model_errors(
+    trials: list[TrialReport], bases: tuple[str, ...] | None = None
+) -> dict[str, dict[str, float]]:
+    """Median and worst |predicted / measured - 1| per metric over trials with both (with
+    ``bases``, only predictions of those bases)."""
     pairs: dict[str, list[float]] = {"capacity": [], "ttft_p99": [], "tpot_p50": []}
     for t in trials:
         p, m = t.predicted, t.metrics
-        if p is None:
+        if p is None or (bases is not None and p.basis not in bases):
             continue
         if t.status == "ok" and t.score_tokens_per_s:
             pairs["capacity"].append(abs(p.tokens_per_s / t.score_tokens_per_s - 1.0))
@@ -26,3 +29,9 @@ def model_errors(trials: list[TrialReport]) -> dict[str, dict[str, float]]:
         for k, v in pairs.items()
         if v
     }
+
+
+def errors_by_basis(trials: list[TrialReport]) -> dict[str, dict[str, dict[str, float]]]:
+    """``model_errors`` per basis of prediction (calibrated, transferred, probe)."""
+    found = sorted({t.predicted.basis for t in trials if t.predicted is not None})
+    return {b: e for b in found if (e := model_errors(trials, (b,)))}

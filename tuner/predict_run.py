@@ -19,13 +19,13 @@ from pydantic import BaseModel, ConfigDict
 
 from probes.slo import SLOSet
 from probes.workload import SyntheticWorkload, Workload
-from tuner.calibration import Calibration
+from tuner.calibration import Calibration, probe_points
 from tuner.model_errors import model_errors
 from tuner.report import Report, TrialReport
 from tuner.rescore import read_records, records_path
 from tuner.servemodel.configs import build_label, kv_bytes_per_token, sim_knobs
 from tuner.servemodel.load import cycled
-from tuner.servemodel.predict import Prediction, mean_of, predict
+from tuner.servemodel.predict import Basis, Prediction, mean_of, predict
 from tuner.servemodel.scheduler import SimulationError
 from tuner.servemodel.spreads import spread_for
 from tuner.space import SearchSpace, SpaceError, load_space, space_path
@@ -64,7 +64,7 @@ class RunPrediction(Strict):
     params: dict[str, Any]
     workload: str
     load_model: Literal["rate", "concurrency"]
-    basis: Literal["calibrated", "transferred"]
+    basis: Literal["calibrated", "transferred", "probe"]
     # {"rate_rps" | "concurrency": x, "output_tokens_per_s": y, "interval": {same keys: [lo, hi]}}
     capacity: dict[str, Any]
     at_capacity: dict[str, float | None]  # the simulated point closest under the capacity
@@ -128,7 +128,13 @@ def predict_from_run(
             else None
         )
 
-    cal = Calibration(space, read, load_of)
+    probe = report.probe
+    cal = Calibration(
+        space,
+        read,
+        load_of,
+        probe=probe_points(probe.records_files, {}, run_dir) if probe is not None else None,
+    )
     cal.update(trials)
     found = cal.nearest(params)
     if found is None:
@@ -137,7 +143,9 @@ def predict_from_run(
     pairs = _lengths(workload, trials, cal)
     the_slos = slos or _run_slos(report)
     errors = model_errors(trials)
-    spread = spread_for(errors.get("capacity", {}).get("median"), distance > 0)
+    basis: Basis = "transferred" if distance > 0 else "calibrated" if fit.trials else "probe"
+    measured = model_errors(trials, ("calibrated", "transferred"))
+    spread = spread_for(measured.get("capacity", {}).get("median"), basis)
     try:
         sk = sim_knobs(
             params, space, kv_bytes_per_token(report.model_path, params.get("kv_cache_dtype"))
@@ -152,7 +160,7 @@ def predict_from_run(
             mean_lengths=mean_of(pairs),
             spread=spread,
             seed=seed,
-            basis="calibrated" if distance == 0 else "transferred",
+            basis=basis,
             start=fit.load,
         )
     except (SimulationError, ValueError) as exc:
@@ -162,7 +170,7 @@ def predict_from_run(
         params=params,
         workload=_label(workload, report),
         load_model=kind,
-        basis="calibrated" if distance == 0 else "transferred",
+        basis=basis,
         capacity=_capacity(p),
         at_capacity=_at(p),
         evidence=Evidence(

@@ -17,7 +17,7 @@ class PredictionRow(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     trial: int
-    basis: str  # calibrated | transferred
+    basis: str  # calibrated | transferred | probe
     build_trials: list[int]
     predicted: float  # output tokens/s at the predicted capacity
     low: float
@@ -86,6 +86,11 @@ def prediction_view(r: Report) -> PredictionView | None:
                 summary += f"; {name} median {e['median']:.0%}, worst {e['worst']:.0%}"
     else:
         summary = "no measured trial had a prediction to compare with"
+    if probe := sm.errors_by_basis.get("probe", {}).get("capacity"):
+        summary += (
+            f"; calibrated on the probe's sweeps alone (the baseline, before its first load "
+            f"point), capacity within {probe['median']:.0%}"
+        )
     summary = f"The serving model screened {sm.screened} configurations; {summary}."
     return PredictionView(
         screened=sm.screened,

@@ -17,11 +17,10 @@ def _pct(x: float | None) -> str:
 
 def _row(p: PredictionRow) -> str:
     hi = _num(p.high)
-    basis = (
-        f"calibrated on {', '.join(map(str, p.build_trials))}"
-        if p.basis == "calibrated"
-        else "transferred (a build not measured before)"
-    )
+    basis = {
+        "calibrated": f"calibrated on {', '.join(map(str, p.build_trials))}",
+        "probe": "the probe's sweeps alone",
+    }.get(p.basis, "transferred (a build not measured before)")
     return (
         f"| {p.trial} | {basis} | {p.predicted:.0f} [{p.low:.0f}-{hi}] | "
         f"{_num(p.measured)} | {_pct(p.error)} | {_num(p.at_load, '.3g')} | "

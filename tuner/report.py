@@ -58,7 +58,8 @@ class PredictedReport(Strict):
     """The serving model's prediction for a trial, made before it was measured
     (tuner/guide.py), and what it predicted at the load the trial was then measured at."""
 
-    basis: Literal["calibrated", "transferred"]  # its build's own fit, or the nearest build's
+    # its build's own fit, the nearest build's, or its build's fitted on the probe's sweeps alone
+    basis: Literal["calibrated", "transferred", "probe"]
     build_trials: list[int]  # the measured trials the step model was fitted on
     load: float | None  # the predicted capacity (None: no load meets the SLOs)
     load_low: float | None = None
@@ -204,8 +205,10 @@ class ServingModelReport(Strict):
     predicted_trials: list[int]  # trials measured with a prediction made before they ran
     # per metric ("capacity", "ttft_p99", "tpot_p50"): median and worst |pred / meas - 1|, n
     errors: dict[str, dict[str, float]]
+    errors_by_basis: dict[str, dict[str, dict[str, float]]] = {}  # the same, per basis
     run_to_run_spread: float  # the fresh-start spread every interval includes
     transfer_spread: float  # added for a build predicted from another build's step model
+    probe_spread: float = 0.0  # added for a build calibrated on the probe's sweeps alone
 
 
 class Report(Strict):

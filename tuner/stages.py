@@ -78,8 +78,21 @@ def search(st: RunState, ev: Evaluator) -> None:
     space = st.space
     assert space is not None
     shared = st.shared
+    # The serving model chooses what a stage with simulated knobs measures (not in a shared
+    # study, whose workers each sample on their own), and predicts every trial it can: the
+    # baseline too, from the probe's sweeps on its server, where its capacity search starts.
+    simulated = any(k.sim is not None for k in space.knobs().values())
+    guide = (
+        GuidedStage(st, Guide(st))
+        if simulated and st.opts.serving_model and st.launches and shared is None
+        else None
+    )
+    if guide is not None:
+        ev.predict_first = guide.before
     if shared is None:
         st.baseline = ev.evaluate(0, "baseline", {})
+        if guide is not None:
+            guide.after(st.baseline)
     else:
 
         def measure_baseline() -> worker.Doc:
@@ -93,14 +106,6 @@ def search(st: RunState, ev: Evaluator) -> None:
     if space.common.reason:
         st.notes.append(space.common.reason)
     carried: dict[str, Any] = {}
-    # The serving model chooses what a stage with simulated knobs measures (not in a shared
-    # study, whose workers each sample on their own), and predicts every trial it can.
-    simulated = any(k.sim is not None for k in space.knobs().values())
-    guide = (
-        GuidedStage(st, Guide(st))
-        if simulated and st.opts.serving_model and st.launches and shared is None
-        else None
-    )
     spare = 0  # trials a stage did not use pass on to the next
     number = 1
     rows = plan(st)

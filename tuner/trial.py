@@ -15,11 +15,13 @@ steps on the server (quality figure and reference, greedy outputs) are tuner/gat
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 from probes.diagnose import run_diagnosis
+from probes.records import RequestRecord
 from probes.transient import disturbed_at_start
 from tuner import checkpoint, reach, recommend, side_by_side, sizing, stall, stop
 from tuner.capacity import PointOutcome, find_capacity
@@ -44,6 +46,9 @@ class Evaluator:
         self.st = st
         self.target = target
         self.gates = GateSteps(st)
+        # The serving model's prediction for the baseline, made once the probe's sweeps have
+        # calibrated it (tuner/guided_stage.py ``before``); its capacity search starts there.
+        self.predict_first: Callable[[dict[str, Any], int], PredictedReport | None] | None = None
 
     # ------------------------------------------------------------ a whole trial
     def evaluate(
@@ -155,7 +160,9 @@ class Evaluator:
                 return
             if st.wants("quantisation"):
                 self.gates.baseline_quality(server)
-            start = self.start_load(None)
+            if self.predict_first is not None:
+                trial.predicted = self.predict_first(trial.params, trial.number)
+            start = self.start_load(None, trial.predicted)
         elif best is not None and best.warmup_s and trial.warmup_s > 3 * best.warmup_s + 20:
             trial.status, trial.error = (
                 "abandoned",
@@ -237,7 +244,7 @@ class Evaluator:
         p = trial.predicted
         return (
             p is not None
-            and p.basis == "calibrated"
+            and p.basis != "transferred"
             and p.load is not None
             and start == self.st.axis.floor(p.load)
         )
@@ -246,12 +253,12 @@ class Evaluator:
         self, best: TrialReport | None, predicted: PredictedReport | None = None
     ) -> float:
         """Where a capacity search starts: the capacity the serving model predicted, where it
-        was calibrated on this configuration's build (a well-predicted trial then needs few
-        points); else the best configuration's capacity (so two are compared at the same load
-        first); for the first, the start option, or under the rate model what the probe's
-        load point sustained."""
+        was calibrated on this configuration's build, by its trials or the probe's sweeps (a
+        well-predicted trial then needs few points); else the best configuration's capacity
+        (so two are compared at the same load first); for the first, the start option, or
+        under the rate model what the probe's load point sustained."""
         st = self.st
-        if predicted is not None and predicted.basis == "calibrated" and predicted.load:
+        if predicted is not None and predicted.basis != "transferred" and predicted.load:
             return st.axis.floor(predicted.load)
         if best is not None and (x := st.load_of(best)) is not None:
             return st.axis.floor(x)
@@ -384,6 +391,15 @@ class Evaluator:
         t0 = time.monotonic()
         st.say("probe: measuring where the time goes on the baseline server")
         st.client.base_url = server.base_url
+        kept: dict[str, str] = {}
+
+        def keep(name: str, records: list[RequestRecord]) -> None:
+            # the serving model's calibration before any trial is measured (tuner/guide.py)
+            path = st.out / "probe" / f"{name}.jsonl"
+            path.parent.mkdir(exist_ok=True)
+            write_records(path, records)
+            kept[name] = str(path)
+
         try:
             st.diagnosis = run_diagnosis(
                 st.client,
@@ -399,7 +415,9 @@ class Evaluator:
                 ignore_eos=self.target.ignore_eos,
                 progress=st.say,
                 enough=lambda one: reach.unreachable_alone(one, st.cons) is not None,
+                keep=keep,
             )
+            st.diagnosis.records_files = kept
             st.say(f"probe: {st.diagnosis.verdict.summary}")
         except Exception as exc:  # the probe informs the plan; the search can go on without it
             st.notes.append(f"the probe failed ({type(exc).__name__}: {exc}); stages unplanned")

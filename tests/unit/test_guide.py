@@ -221,3 +221,70 @@ def test_model_errors_compare_prediction_and_measurement() -> None:
     assert errs["capacity"] == {"median": pytest.approx(0.1), "worst": pytest.approx(0.3), "n": 3.0}
     assert errs["ttft_p99"]["median"] == pytest.approx(0.1)
     assert errs["tpot_p50"]["worst"] == pytest.approx(0.1)
+
+
+def _probe(st: RunState) -> None:
+    """The probe's sweeps "measured" on the baseline's server (the true model at vLLM's
+    defaults): lone prompts of three lengths, then decoding batches of 1, 4, 8 and 32."""
+    from probes.diagnose import Diagnosis
+    from probes.verdict import decide
+    from tuner.servemodel.load import closed_loop
+
+    files: dict[str, str] = {}
+    sweeps = [(f"prefill-{n}", n, 2, 1, 3) for n in (64, 256, 1024)]
+    sweeps += [(f"decode-c{c}", 128, 64, c, max(2 * c, 4)) for c in (1, 4, 8, 32)]
+    for i, (name, n_in, n_out, c, n) in enumerate(sweeps):
+        first, more = closed_loop(c, n, cycled([(n_in, n_out)]), seed=i)
+        recs = simulate(first, Knobs(128, 2048), TRUE, on_finish=more)
+        f = st.out / "probe" / f"{name}.jsonl"
+        f.parent.mkdir(parents=True, exist_ok=True)
+        write_records(f, recs)
+        files[name] = str(f)
+    verdict = decide(
+        prefill_share=0.1, split_source="client", tpot_c1_ms=20.0, weight_bytes=None,
+        bandwidth_gbps=None, llc_bytes=None, batching_gain=5.0, tpot_growth=1.2,
+    )  # fmt: skip
+    st.diagnosis = Diagnosis(
+        prefill_sweep=[], prefill_rate_tokens_per_s=None, decode_sweep=[], load_concurrency=8,
+        load_metrics=None, client_prefill_share=None, server_prefill_share=None,
+        server_split_s=None, device=None, model=None, llc_bytes=None, verdict=verdict,
+        records_files=files,
+    )  # fmt: skip
+
+
+def test_the_probe_alone_calibrates_the_baseline_build_before_any_trial(tmp_path: Path) -> None:
+    st = _state(tmp_path)
+    _probe(st)
+    g = Guide(st)
+    (fit,) = g.fits().values()
+    assert fit.trials == [] and fit.probe
+    # a decoding step of 32 sequences (of about 160 tokens each: the sequence count and the
+    # context they read are one measure at a single length), from the sweeps alone
+    batch = fit.step.step_s(0, 32, 32 * 0.16)
+    assert batch == pytest.approx(TRUE.step_s(0, 32, 32 * 0.16), rel=0.1)
+    assert g.lengths() == [(128, 64)] * (4 + 8 + 16 + 64)  # the decode sweep's lengths
+    c = g.predict({})
+    assert c is not None and c.basis == "probe" and c.build_trials == []
+    # its interval is wider than a calibrated prediction's (the probe's term), and it is
+    # close to what the true model serves at the same knobs
+    (tmp_path / "truth").mkdir()
+    truth = Guide(_state(tmp_path / "truth"))
+    _baseline(truth.st, 600.0)
+    own = truth.predict({})
+    assert own is not None and own.basis == "calibrated"
+    assert c.prediction.spread_model > own.prediction.spread_model
+    assert c.prediction.tokens_per_s == pytest.approx(own.prediction.tokens_per_s, rel=0.1)
+    # said as the baseline's prediction, the report keeps its basis
+    p = g.before({})
+    assert p is not None and p.basis == "probe" and p.load == c.prediction.load
+
+
+def test_a_measured_trial_of_the_probed_build_calibrates_on_both(tmp_path: Path) -> None:
+    st = _state(tmp_path)
+    _probe(st)
+    _baseline(st, 600.0)
+    (fit,) = Guide(st).fits().values()
+    assert fit.trials == [0] and fit.probe
+    assert fit.requests == (3 * 3 + 4 + 8 + 16 + 64) + 3 * 300
+    c = Guide(st).predict({})
+    assert c is not None and c.basis == "calibrated" and c.build_trials == [0]

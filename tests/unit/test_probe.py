@@ -218,13 +218,21 @@ def _fake_diagnosis(load_concurrency: int, **kw: Any) -> Diagnosis:
 
 @pytest.mark.timeout(60)
 def test_diagnosis_against_the_fake_server() -> None:
-    d = _fake_diagnosis(8)
+    kept: dict[str, int] = {}
+    d = _fake_diagnosis(8, keep=lambda name, records: kept.__setitem__(name, len(records)))
     assert [p.prompt_tokens for p in d.prefill_sweep] == [32, 64, 256, 1024]
-    assert [p.concurrency for p in d.decode_sweep] == [1, 4, 8]
+    # up to the user's load, and four times it for the serving model's calibration
+    assert [p.concurrency for p in d.decode_sweep] == [1, 4, 8, 32]
     assert d.load_metrics is not None and d.load_metrics.n_completed > 0
+    assert d.load_metrics.n_requests == 16  # the load point is the user's, not the largest
     assert d.verdict.split_source == "server" or d.client_prefill_share is not None
     # The fake's batch limit is far above 8, so tokens/s grows with concurrency.
     assert d.verdict.batching_gain is not None and d.verdict.batching_gain > 2
+    # every sweep point's records go to the caller, by name, as many as were sent
+    assert kept == {
+        "prefill-32": 3, "prefill-64": 3, "prefill-256": 3, "prefill-1024": 3,
+        "decode-c1": 4, "decode-c4": 8, "decode-c8": 16, "decode-c32": 64,
+    }  # fmt: skip
 
 
 def test_probe_cli_rejects_bad_input() -> None:
@@ -340,7 +348,7 @@ def test_the_prefill_sweep_skips_prompts_that_would_take_too_long(
     d = _fake_diagnosis(4, progress=said.append)
     assert [p.prompt_tokens for p in d.prefill_sweep] == [32, 64]
     assert any("prefill of 256, 1024 tokens skipped" in s for s in said), said
-    assert [p.concurrency for p in d.decode_sweep] == [1, 4]  # the decode sweep is whole
+    assert [p.concurrency for p in d.decode_sweep] == [1, 4, 16]  # the decode sweep is whole
 
 
 @pytest.mark.timeout(60)

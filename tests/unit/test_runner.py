@@ -220,8 +220,17 @@ def test_probe_plans_the_stages_and_skips_are_explained(tmp_path: Path) -> None:
     runner = Runner(opts, lambda m: None, engine=FakeEngine(), hardware=HW)
     report = runner.run()
     assert report.probe is not None
-    assert [p.concurrency for p in report.probe.decode_sweep] == [1, 2, 4]
+    assert [p.concurrency for p in report.probe.decode_sweep] == [1, 2, 4, 8]
     assert report.probe.load_concurrency == 2
+    # the sweeps' records are kept in the run folder, for the serving model's calibration
+    files = report.probe.records_files
+    assert sorted(files) == sorted(
+        [f"prefill-{p.prompt_tokens}" for p in report.probe.prefill_sweep]
+        + ["decode-c1", "decode-c2", "decode-c4", "decode-c8"]
+    )
+    assert all(
+        Path(f).parent == runner.out / "probe" and Path(f).stat().st_size for f in files.values()
+    )
     assert report.probe.device is not None and report.probe.device.memory_bandwidth_gbps > 0
     stages = {s.name: s for s in report.stages}
     assert stages["batching"].status == "run" and stages["batching"].expected is not None

@@ -6,23 +6,29 @@
 - ``MODEL_SPREAD``: the model's own error, until a run has measured some of its predictions
   (then the median of those errors replaces it).
 - ``TRANSFER_SPREAD``: added for a build predicted with another build's step model.
+- ``PROBE_SPREAD``: added for a build calibrated on the probe's sweeps alone: lone prompts and
+  batches up to four times the user's load, extrapolated to the batches at capacity.
 """
 
 from __future__ import annotations
 
 import math
 
-from tuner.servemodel.predict import Spread
+from tuner.servemodel.predict import Basis, Spread
 
 RUN_TO_RUN = 0.08
 MODEL_SPREAD = 0.10
 TRANSFER_SPREAD = 0.30
+PROBE_SPREAD = 0.15
 
 
-def spread_for(model_error: float | None, transferred: bool) -> Spread:
+def spread_for(model_error: float | None, basis: Basis) -> Spread:
     """A prediction's spreads: the run-to-run term, and the model's error (``MODEL_SPREAD``
-    until one is measured), with the transfer term added where the build was not measured."""
+    until one is measured), with the transfer or probe term added where the build's own trials
+    were not measured."""
     model = MODEL_SPREAD if model_error is None else model_error
-    if transferred:
+    if basis == "transferred":
         model = math.hypot(model, TRANSFER_SPREAD)
+    elif basis == "probe":
+        model = math.hypot(model, PROBE_SPREAD)
     return Spread(run_to_run=RUN_TO_RUN, model=model)
