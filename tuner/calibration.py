@@ -38,17 +38,16 @@ class ProbePoints:
     lengths: list[tuple[int, int]] | None = None  # (prompt, output) of its decode sweep
 
 
-def probe_points(
-    files: dict[str, str], params: dict[str, Any], run_dir: Path
-) -> ProbePoints | None:
-    """The probe's kept records (``Diagnosis.records_files``, as written or in ``run_dir``'s
-    probe folder where the run has moved) as calibration points (None: none could be read)."""
+def probe_points(files: dict[str, str], params: dict[str, Any], folder: Path) -> ProbePoints | None:
+    """The probe's kept records (``Diagnosis.records_files``, as written or, where the folder
+    has moved, in ``folder``: a run's probe/, a probe folder's records/) as calibration points
+    (None: none could be read)."""
     points: list[list[RequestRecord]] = []
     lengths: list[tuple[int, int]] = []
     for name, written in sorted(files.items()):
         path = Path(written)
         if not path.is_file():
-            path = run_dir / "probe" / path.name
+            path = folder / path.name
         try:
             recs = read_records(path)
         except (OSError, ValueError, TypeError):

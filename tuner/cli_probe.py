@@ -4,6 +4,7 @@ where the time goes and which tuning stages can pay off (tuner/probe_run.py)."""
 from __future__ import annotations
 
 import signal
+import time
 from pathlib import Path
 from typing import Annotated
 
@@ -64,7 +65,14 @@ def probe_cmd(
         ),
     ] = True,
     json_path: Annotated[Path | None, typer.Option("--json", help="write the result here")] = None,
-    output: Annotated[Path, typer.Option(help="folder for the server log")] = Path("results"),
+    output: Annotated[
+        Path,
+        typer.Option(
+            help="where the server log goes (OUTPUT/probe); with --diagnose, a folder "
+            "OUTPUT/probe-<time> keeps the result and every sweep's requests, from which "
+            "autotune compare predicts this machine"
+        ),
+    ] = Path("results"),
 ) -> None:
     """Measure one load on a server, TTFT and time per token apart; --diagnose says where the
     time goes and which tuning stages can pay off."""
@@ -95,6 +103,8 @@ def probe_cmd(
     # after (a test runner in the same process keeps its own).
     from tuner.stop import sigterm
 
+    # a --diagnose probe's folder is kept whole: one per probe
+    out_dir = output / (time.strftime("probe-%Y%m%d-%H%M%S") if diagnose else "probe")
     previous = signal.signal(signal.SIGTERM, sigterm)
     try:
         result = probe(
@@ -112,7 +122,7 @@ def probe_cmd(
             diagnose=diagnose,
             slos=slos,
             grow=grow,
-            out_dir=output / "probe",
+            out_dir=out_dir,
             progress=lambda m: typer.echo(m, err=True),
         )
     except ProbeError as exc:
@@ -123,6 +133,12 @@ def probe_cmd(
     finally:
         signal.signal(signal.SIGTERM, previous)
     typer.echo(render_probe(result))
+    if diagnose:
+        typer.echo(
+            f"probe: its folder is {out_dir}; autotune compare RUN_DIR {out_dir} predicts this "
+            "machine from it",
+            err=True,
+        )
     if json_path is not None:
         from tuner.report import dump_json, write_atomic
 

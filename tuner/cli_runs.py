@@ -73,7 +73,13 @@ def report_cmd(
 
 
 def compare_cmd(
-    run_dirs: Annotated[list[Path], typer.Argument(help="run folders (two or more)")],
+    run_dirs: Annotated[
+        list[Path],
+        typer.Argument(
+            help="run folders (two or more); a probe folder (autotune probe --diagnose on "
+            "another machine) is predicted from its probe and marked so"
+        ),
+    ],
     price: Annotated[
         list[str],
         typer.Option(
@@ -88,7 +94,8 @@ def compare_cmd(
         ),
     ] = None,
 ) -> None:
-    """Compare runs across machines under one SLO, with the cost of a million output tokens."""
+    """Compare runs across machines under one SLO, with the cost of a million output tokens
+    (a probe folder's machine predicted by the serving model, marked predicted)."""
     from tuner.compare_page import render_html, render_markdown
     from tuner.compare_runs import CompareError, compare, parse_prices
     from tuner.report import write_atomic
@@ -97,8 +104,11 @@ def compare_cmd(
     if len(run_dirs) < 2:
         fail("give two or more run folders to compare")
     for d in run_dirs:
-        if not (d / "report.json").is_file():
-            fail(f"{d} is not an autotune run folder (no report.json)")
+        if not (d / "report.json").is_file() and not (d / "probe.json").is_file():
+            fail(
+                f"{d} is neither an autotune run folder (report.json) nor a probe folder "
+                "(probe.json, from autotune probe --diagnose)"
+            )
     try:
         result = compare(run_dirs, parse_prices(price))
     except (CompareError, RescoreError) as exc:

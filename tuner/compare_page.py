@@ -25,7 +25,13 @@ HEAD = [
 
 def _cells(c: Comparison, r: RunRow) -> list[str]:
     figure = "confirmed" if r.confirmed else "re-scored, unconfirmed"
-    if r.confirmed and r.provisional:
+    if r.figure == "predicted":
+        lo, hi = r.interval or (None, None)
+        figure = (
+            f"PREDICTED from its probe alone (90 % {_num(lo, '.0f')}-{_num(hi, '.0f')} tok/s), "
+            "not measured"
+        )
+    elif r.confirmed and r.provisional:
         figure = "confirmed, provisionally (too few requests for the percentile)"
     elif r.confirmed and not r.meets_slo:
         figure = "confirmed, SLO not met with the headroom"
@@ -42,6 +48,12 @@ def render_markdown(c: Comparison) -> str:
     out = ["# autotune: runs compared", ""]
     out += [f"**{w}**" for w in c.warnings] + ([""] if c.warnings else [])
     out += [f"Common SLO: {slo_text(c.slo)}.", ""]
+    if any(r.figure == "predicted" for r in c.rows):
+        out += [
+            "A PREDICTED row is the serving model calibrated on that machine's probe alone "
+            "(autotune probe --diagnose), simulated under the common SLO: not a measurement.",
+            "",
+        ]
     out.append("| " + " | ".join(HEAD) + " |")
     out.append("|" + " --- |" * len(HEAD))
     out += ["| " + " | ".join(_cells(c, r)) + " |" for r in c.rows]
@@ -57,6 +69,18 @@ def render_markdown(c: Comparison) -> str:
     return "\n".join(out) + "\n"
 
 
+def _up(r: RunRow) -> float:
+    if r.interval is None or r.tokens_per_s is None or r.interval[1] is None:
+        return 0.0
+    return max(r.interval[1] - r.tokens_per_s, 0.0)
+
+
+def _down(r: RunRow) -> float:
+    if r.interval is None or r.tokens_per_s is None:
+        return 0.0
+    return max(r.tokens_per_s - r.interval[0], 0.0)
+
+
 def figure(c: Comparison) -> go.Figure:
     names = [r.name for r in c.rows]
     fig = make_subplots(
@@ -69,7 +93,20 @@ def figure(c: Comparison) -> go.Figure:
         ),
     )
     fig.add_trace(
-        go.Bar(x=names, y=[r.tokens_per_s for r in c.rows], name="tokens/s", showlegend=False),
+        go.Bar(
+            x=names,
+            y=[r.tokens_per_s for r in c.rows],
+            name="tokens/s",
+            showlegend=False,
+            # a predicted row is hatched, with its interval
+            marker={"pattern": {"shape": ["/" if r.figure == "predicted" else "" for r in c.rows]}},
+            error_y={
+                "type": "data",
+                "symmetric": False,
+                "array": [_up(r) for r in c.rows],
+                "arrayminus": [_down(r) for r in c.rows],
+            },
+        ),
         row=1,
         col=1,
     )

@@ -11,16 +11,24 @@ requests (tuner/rescore.py) under the strictest common SLO (each metric and perc
 names, at the tightest limit named for it) before it is compared; a re-scored figure is a search
 figure and is marked unconfirmed. Where the SLOs agree, each run's confirmed recommendation is
 its figure.
+
+A probe folder (``autotune probe --model ... --diagnose`` on another machine) may stand among
+the runs: its machine's capacity is then predicted from its probe alone (tuner/probe_predict.py)
+under the runs' common SLO, error limit and load model, and its row is marked predicted, with
+the prediction's interval, beside the measured ones. At least one run is measured.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
 from probes.slo import LatencySLO, SLOSet
+from tuner.predict_run import PredictError
+from tuner.probe_predict import predict_probe, read_probe
+from tuner.probe_run import ProbeResult
 from tuner.report import Report, SLOReport
 from tuner.rescore import rescore
 from tuner.text import load_text
@@ -47,6 +55,9 @@ class RunRow(BaseModel):
     meets_slo: bool
     provisional: bool = False  # confirmed with fewer requests than the percentile needs
     config: str
+    # "predicted": from a probe folder, by the serving model (``interval``: its 90 % interval)
+    figure: Literal["measured", "predicted"] = "measured"
+    interval: tuple[float, float | None] | None = None
     price_per_hour: float | None = None
     usd_per_million_tokens: float | None = None
     tokens_per_usd: float | None = None
@@ -116,6 +127,20 @@ def _warnings(reports: list[Report], names: list[str]) -> list[str]:
     return out
 
 
+def _probe_warnings(name: str, probe: ProbeResult, ref: Report) -> list[str]:
+    """Where a probe folder's model or workload is not the runs' (its prediction uses the
+    probe's lengths and the probed model's step times)."""
+    out = []
+    model = Path(str(probe.target.get("model_dir") or probe.target.get("model") or "")).name
+    if model != Path(ref.model_path).name:
+        out.append(f"NOT COMPARABLE: {name} probed model {model}, the runs {ref.model_path}")
+    if probe.workload != _workload(ref):
+        out.append(
+            f"NOT COMPARABLE: {name} probed workload {probe.workload}, the runs {_workload(ref)}"
+        )
+    return out
+
+
 def _params(r: Report, params: dict[str, Any]) -> str:
     changed = {k: v for k, v in params.items() if r.knob_defaults.get(k, object()) != v}
     return ", ".join(f"{k}={v}" for k, v in changed.items()) or "the engine's defaults"
@@ -181,17 +206,76 @@ def _price(row: RunRow, prices: dict[str, float]) -> RunRow:
     )
 
 
+def _predicted_row(
+    folder: Path,
+    probe: ProbeResult,
+    slos: SLOSet,
+    err: float,
+    kind: str,
+    pt: int,
+    pp: int,
+) -> RunRow:
+    try:
+        p = predict_probe(folder, probe, slos, err, kind)
+    except PredictError as exc:
+        raise CompareError(str(exc)) from None
+    at = p.at_capacity
+    hw = probe.hardware
+    params = probe.target.get("params") or {}
+    return RunRow(
+        name=folder.name,
+        run_id=folder.name,
+        machine=f"{hw.hostname}: {hw.label}",
+        cpu_count=hw.cpu_count,
+        gpus=", ".join(g.name for g in hw.gpus) or "none",
+        engine=str(probe.target.get("engine")),
+        tokens_per_s=p.tokens_per_s if p.load is not None else None,
+        load=load_text({"rate_rps" if kind == "rate" else "concurrency": p.load})
+        if p.load is not None
+        else "-",
+        ttft_ms=(at.ttft_ms_p99 if pt == 99 else at.ttft_ms_p50 if pt == 50 else None)
+        if at
+        else None,
+        tpot_ms=(at.tpot_ms_p99 if pp == 99 else at.tpot_ms_p50 if pp == 50 else None)
+        if at
+        else None,
+        confirmed=False,
+        meets_slo=p.load is not None,
+        config=", ".join(f"{k}={v}" for k, v in params.items()) or "the engine's defaults",
+        figure="predicted",
+        interval=(p.low, p.high),
+    )
+
+
 def compare(run_dirs: list[Path], prices: dict[str, float]) -> Comparison:
-    """The runs side by side under one SLO, priced where a price names them.
+    """The runs (and probe folders, predicted) side by side under one SLO, priced where a
+    price names them.
 
     Raises:
-        CompareError: a price names no run, or a run cannot be re-scored.
+        CompareError: a price names no run, a folder is neither a run nor a probe, no run is
+            measured, a run cannot be re-scored or a probe cannot be predicted.
     """
+    probes: dict[Path, ProbeResult] = {}
+    for d in run_dirs:
+        if not (d / "report.json").is_file():
+            if (found := read_probe(d)) is None:
+                raise CompareError(
+                    f"{d} is neither a run folder (report.json) nor a probe folder (probe.json)"
+                )
+            probes[d] = found
+    measured_dirs = [d for d in run_dirs if d not in probes]
+    if not measured_dirs:
+        raise CompareError(
+            "give at least one run folder: a probe folder is predicted under the runs' SLO, "
+            "workload and load model"
+        )
+    every = run_dirs
+    run_dirs = measured_dirs
     names = [d.name for d in run_dirs]
     reports = [Report.model_validate_json((d / "report.json").read_bytes()) for d in run_dirs]
     known = {
         k for n, r in zip(names, reports, strict=True) for k in (n, r.run_id, r.hardware.hostname)
-    }
+    } | {k for d, pr in probes.items() for k in (d.name, pr.hardware.hostname)}
     if unknown := sorted(set(prices) - known):
         raise CompareError(
             f"--price {unknown[0]}: no run of that folder name, run id or hostname "
@@ -210,8 +294,21 @@ def compare(run_dirs: list[Path], prices: dict[str, float]) -> Comparison:
         reports = [rescore(d, r, slos, err) for d, r in zip(run_dirs, reports, strict=True)]
     pt = next((s.percentile for s in slo if s.metric == "ttft"), 99)
     pp = next((s.percentile for s in slo if s.metric == "tpot"), 99)
-    rows = [_price(_row(n, r, pt, pp), prices) for n, r in zip(names, reports, strict=True)]
+    by_dir = {d: _row(n, r, pt, pp) for d, n, r in zip(run_dirs, names, reports, strict=True)}
     warnings = _warnings(reports, names)
+    if probes:
+        slos = SLOSet(
+            latency=tuple(
+                LatencySLO(metric=s.metric, percentile=s.percentile, limit_ms=s.limit_ms)
+                for s in slo
+            )
+        )
+        err = min(r.max_error_rate for r in reports)
+        kind = str(reports[0].load.get("model", "rate"))
+        for d, pr in probes.items():
+            by_dir[d] = _predicted_row(d, pr, slos, err, kind, pt, pp)
+            warnings += _probe_warnings(d.name, pr, reports[0])
+    rows = [_price(by_dir[d], prices) for d in every]
     if differ:
         warnings.append(
             "the runs' SLOs differ: each was re-scored from its recorded requests under the "

@@ -127,7 +127,7 @@ class Guide:
                 self._records,
                 self.st.load_of,
                 # the probe ran on the baseline's server: the engine's defaults
-                probe=probe_points(d.records_files, {}, self.st.out) if d else None,
+                probe=probe_points(d.records_files, {}, self.st.out / "probe") if d else None,
             )
         return self._cal
 

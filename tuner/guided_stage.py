@@ -45,7 +45,7 @@ class GuidedStage:
         if p.basis == "calibrated":
             why = f"calibrated on trial(s) {', '.join(map(str, p.build_trials))}"
         elif p.basis == "probe":
-            why = "calibrated on the probe's sweeps alone: its capacity search starts there"
+            why = "calibrated on the probe's sweeps alone"
         else:
             why = (
                 f"a build not measured yet ({self.guide.label(params)}), predicted from the "

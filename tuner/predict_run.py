@@ -133,7 +133,9 @@ def predict_from_run(
         space,
         read,
         load_of,
-        probe=probe_points(probe.records_files, {}, run_dir) if probe is not None else None,
+        probe=probe_points(probe.records_files, {}, run_dir / "probe")
+        if probe is not None
+        else None,
     )
     cal.update(trials)
     found = cal.nearest(params)

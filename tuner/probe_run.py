@@ -1,6 +1,10 @@
 """``autotune probe``: measure one load on a server (started here, or any running endpoint), and
 with ``diagnose`` where the time goes (probes/diagnose.py).
 
+With ``diagnose``, the folder also keeps every sweep point's per-request records and the result
+(``probe.json``): a probe folder, from which ``autotune compare`` predicts this machine's
+capacity (tuner/probe_predict.py) without a tuning run here.
+
 With ``model``, the engine is started with its defaults, or with ``params`` (knob values of the
 engine's search space, validated and rendered like a trial's), and stopped by its process group
 at the end. With ``endpoint``, nothing is started: the server's root URL (with or without
@@ -13,6 +17,7 @@ import contextlib
 import json
 import time
 from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +26,7 @@ from pydantic import BaseModel, ConfigDict
 from probes.client import LoadClient, run_load
 from probes.diagnose import Diagnosis, run_diagnosis
 from probes.metrics import LoadMetrics, Verdict, summarize
+from probes.records import RequestRecord
 from probes.sequential import shortfall
 from probes.server_metrics import ServerSeries
 from probes.slo import SLOSet
@@ -37,9 +43,12 @@ from tuner.engines.base import Engine, EngineStartError, LaunchSpec, ServerProce
 from tuner.engines.endpoint import EndpointEngine, EndpointError, attach
 from tuner.hardware import Hardware, detect_hardware, template_context
 from tuner.launch import launch_settings
-from tuner.measure import judge_point
+from tuner.measure import judge_point, write_records
 from tuner.models import ModelError, load_tokenizer, resolve_model
+from tuner.report import dump_json, write_atomic
 from tuner.space import SpaceError, load_space, space_path
+
+PROBE_FILE = "probe.json"  # a --diagnose probe's result, in its folder beside its records
 
 
 class ProbeError(RuntimeError):
@@ -251,7 +260,10 @@ def probe(
             verdict = judge_point(metrics, res.records, kind, slos, max_error_rate).verdict
         progress(f"probe: measured {metrics.n_requests} requests in {time.monotonic() - t0:.0f} s")
         diagnosis = None
+        kept: dict[str, str] = {}
         if diagnose:
+            keep = partial(_keep, out_dir / "records", kept)
+            keep("load", res.records)
             diagnosis = run_diagnosis(
                 client,
                 served_model=name,
@@ -265,17 +277,20 @@ def probe(
                 ignore_eos=ignore_eos,
                 progress=progress,
                 series=series,
+                keep=keep,
             )
+            diagnosis.records_files = kept
     load: dict[str, float] = (
         {"concurrency": concurrency} if concurrency is not None else {"rate_rps": rate_rps or 0}
     )
-    return ProbeResult(
+    result = ProbeResult(
         target={
             "model": model,
             "engine": engine if model else None,
             "params": params or {},
             "endpoint": url,
             "served_model": name,
+            "model_dir": model_dir,
         },
         workload=workload.label,
         load=load,
@@ -287,3 +302,14 @@ def probe(
         slo=slos.labels if slos is not None else [],
         verdict=verdict,
     )
+    if diagnose:  # a probe folder: what autotune compare predicts this machine from
+        write_atomic(out_dir / PROBE_FILE, dump_json(result))
+    return result
+
+
+def _keep(folder: Path, kept: dict[str, str], name: str, records: list[RequestRecord]) -> None:
+    """One sweep point's per-request records, kept for the serving model's calibration."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{name}.jsonl"
+    write_records(path, records)
+    kept[name] = str(path)

@@ -80,7 +80,7 @@ def search(st: RunState, ev: Evaluator) -> None:
     shared = st.shared
     # The serving model chooses what a stage with simulated knobs measures (not in a shared
     # study, whose workers each sample on their own), and predicts every trial it can: the
-    # baseline too, from the probe's sweeps on its server, where its capacity search starts.
+    # baseline too, from the probe's sweeps on its server.
     simulated = any(k.sim is not None for k in space.knobs().values())
     guide = (
         GuidedStage(st, Guide(st))

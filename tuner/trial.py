@@ -47,7 +47,7 @@ class Evaluator:
         self.target = target
         self.gates = GateSteps(st)
         # The serving model's prediction for the baseline, made once the probe's sweeps have
-        # calibrated it (tuner/guided_stage.py ``before``); its capacity search starts there.
+        # calibrated it (tuner/guided_stage.py ``before``), published beside its measurement.
         self.predict_first: Callable[[dict[str, Any], int], PredictedReport | None] | None = None
 
     # ------------------------------------------------------------ a whole trial
@@ -161,8 +161,12 @@ class Evaluator:
             if st.wants("quantisation"):
                 self.gates.baseline_quality(server)
             if self.predict_first is not None:
+                # Published beside the measurement (the probe-only error), but not where the
+                # search starts: +-15 % away, and every point near a capacity is long (three
+                # request lifetimes), so a start there cost more than the climb from the
+                # probe's load (the README command on the Xeon: 4:45 against 3:18).
                 trial.predicted = self.predict_first(trial.params, trial.number)
-            start = self.start_load(None, trial.predicted)
+            start = self.start_load(None)
         elif best is not None and best.warmup_s and trial.warmup_s > 3 * best.warmup_s + 20:
             trial.status, trial.error = (
                 "abandoned",
@@ -244,7 +248,7 @@ class Evaluator:
         p = trial.predicted
         return (
             p is not None
-            and p.basis != "transferred"
+            and p.basis == "calibrated"
             and p.load is not None
             and start == self.st.axis.floor(p.load)
         )
@@ -253,12 +257,12 @@ class Evaluator:
         self, best: TrialReport | None, predicted: PredictedReport | None = None
     ) -> float:
         """Where a capacity search starts: the capacity the serving model predicted, where it
-        was calibrated on this configuration's build, by its trials or the probe's sweeps (a
-        well-predicted trial then needs few points); else the best configuration's capacity
+        was calibrated on this configuration's build by its trials (a well-predicted trial
+        then needs few points); else the best configuration's capacity
         (so two are compared at the same load first); for the first, the start option, or
         under the rate model what the probe's load point sustained."""
         st = self.st
-        if predicted is not None and predicted.basis != "transferred" and predicted.load:
+        if predicted is not None and predicted.basis == "calibrated" and predicted.load:
             return st.axis.floor(predicted.load)
         if best is not None and (x := st.load_of(best)) is not None:
             return st.axis.floor(x)

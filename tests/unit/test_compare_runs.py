@@ -99,3 +99,83 @@ def test_the_cli_writes_both_formats(runs: tuple[Path, Path, Path], tmp_path: Pa
     assert bad.exit_code == 2 and "no run of that folder name" in bad.output
     one = CliRunner().invoke(app, ["compare", str(a)])
     assert one.exit_code == 2 and "two or more" in one.output
+
+
+def _probe_folder(root: Path, run: Path) -> Path:
+    """A --diagnose probe folder of vLLM's defaults on another machine whose step times are
+    a known model (tests/unit/probe_records.py), with the run's model and workload."""
+    from tests.unit.probe_records import LENGTHS, diagnosis_with, write_probe_records
+    from tests.unit.test_guide import TRUE
+    from tuner.hardware import Hardware
+    from tuner.probe_run import PROBE_FILE, ProbeResult
+    from tuner.report import dump_json
+
+    r = Report.model_validate_json((run / "report.json").read_bytes())
+    folder = root / "probe-other"
+    files = write_probe_records(folder / "records", TRUE)
+    # written elsewhere, the folder moved here since: its records are found in it
+    files = {k: f"/elsewhere/records/{Path(v).name}" for k, v in files.items()}
+    model_dir = root / Path(r.model_path).name
+    model_dir.mkdir(exist_ok=True)
+    (model_dir / "config.json").write_text("{}")
+    result = ProbeResult(
+        target={"model": "m", "engine": "vllm", "params": {}, "model_dir": str(model_dir)},
+        workload=f"synthetic:input={LENGTHS[0]},output={LENGTHS[1]}",
+        load={"concurrency": 8},
+        metrics=r.baseline.metrics,  # type: ignore[union-attr]  # not read
+        warmup_s=1.0,
+        hardware=Hardware(hostname="other", cpu_model="c", cpu_count=1, memory_gib=1.0),
+        diagnosis=diagnosis_with(files),
+    )
+    (folder / PROBE_FILE).write_bytes(dump_json(result))
+    return folder
+
+
+def test_a_probe_folder_is_predicted_beside_measured_runs(
+    runs: tuple[Path, Path, Path], tmp_path: Path
+) -> None:
+    from probes.slo import parse_slos as slos
+    from tests.unit.probe_records import LENGTHS
+    from tests.unit.test_guide import TRUE
+    from tuner.servemodel.configs import sim_knobs
+    from tuner.servemodel.load import cycled
+    from tuner.servemodel.predict import mean_of, predict
+    from tuner.space import load_space, space_path
+
+    a, _, _ = runs
+    probe = _probe_folder(tmp_path, a)
+    result = compare([a, probe], {"other": 0.5})
+    measured, predicted = result.rows
+    assert measured.figure == "measured" and predicted.figure == "predicted"
+    assert predicted.machine.startswith("other:") and not predicted.confirmed
+    # the probe's calibration predicts what the true step model serves under the run's SLO
+    # and load model (closed loop)
+    space = load_space(space_path("vllm", "cpu"))
+    truth = predict(
+        TRUE, sim_knobs({}, space, None), cycled([LENGTHS]), slos(["ttft=300ms"]), 0.01,
+        "concurrency", mean_lengths=mean_of([LENGTHS]),
+    )  # fmt: skip
+    assert predicted.load.startswith("c=")
+    assert predicted.tokens_per_s == pytest.approx(truth.tokens_per_s, rel=0.1)
+    lo, hi = predicted.interval  # type: ignore[misc]
+    assert hi is not None and lo < predicted.tokens_per_s < hi
+    assert predicted.usd_per_million_tokens == pytest.approx(
+        0.5 / 3600 / predicted.tokens_per_s * 1e6  # type: ignore[operator]
+    )
+    # the probe's workload is not the run's (a file): said, not hidden
+    assert any("NOT COMPARABLE: probe-other probed workload" in w for w in result.warnings)
+    md = CliRunner().invoke(app, ["compare", str(a), str(probe), "--output", str(tmp_path / "o")])
+    assert md.exit_code == 0, md.output
+    assert "PREDICTED from its probe alone" in (tmp_path / "o" / "compare.md").read_text()
+
+
+def test_probe_folders_alone_or_a_folder_of_neither_kind_are_refused(
+    runs: tuple[Path, Path, Path], tmp_path: Path
+) -> None:
+    a, _, _ = runs
+    probe = _probe_folder(tmp_path, a)
+    with pytest.raises(CompareError, match="at least one run folder"):
+        compare([probe, probe], {})
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(CompareError, match="neither a run folder"):
+        compare([a, tmp_path / "empty"], {})

@@ -11,6 +11,7 @@ import pytest
 
 from probes.metrics import Dist, LoadMetrics, Verdict, summarize
 from probes.slo import parse_slos
+from tests.unit.probe_records import DECODE_REQUESTS, LENGTHS, diagnosis_with, write_probe_records
 from tests.unit.run_state import run_state
 from tuner.guide import MIN_GAIN, Candidate, Guide, expected_gain
 from tuner.measure import write_records
@@ -224,32 +225,8 @@ def test_model_errors_compare_prediction_and_measurement() -> None:
 
 
 def _probe(st: RunState) -> None:
-    """The probe's sweeps "measured" on the baseline's server (the true model at vLLM's
-    defaults): lone prompts of three lengths, then decoding batches of 1, 4, 8 and 32."""
-    from probes.diagnose import Diagnosis
-    from probes.verdict import decide
-    from tuner.servemodel.load import closed_loop
-
-    files: dict[str, str] = {}
-    sweeps = [(f"prefill-{n}", n, 2, 1, 3) for n in (64, 256, 1024)]
-    sweeps += [(f"decode-c{c}", 128, 64, c, max(2 * c, 4)) for c in (1, 4, 8, 32)]
-    for i, (name, n_in, n_out, c, n) in enumerate(sweeps):
-        first, more = closed_loop(c, n, cycled([(n_in, n_out)]), seed=i)
-        recs = simulate(first, Knobs(128, 2048), TRUE, on_finish=more)
-        f = st.out / "probe" / f"{name}.jsonl"
-        f.parent.mkdir(parents=True, exist_ok=True)
-        write_records(f, recs)
-        files[name] = str(f)
-    verdict = decide(
-        prefill_share=0.1, split_source="client", tpot_c1_ms=20.0, weight_bytes=None,
-        bandwidth_gbps=None, llc_bytes=None, batching_gain=5.0, tpot_growth=1.2,
-    )  # fmt: skip
-    st.diagnosis = Diagnosis(
-        prefill_sweep=[], prefill_rate_tokens_per_s=None, decode_sweep=[], load_concurrency=8,
-        load_metrics=None, client_prefill_share=None, server_prefill_share=None,
-        server_split_s=None, device=None, model=None, llc_bytes=None, verdict=verdict,
-        records_files=files,
-    )  # fmt: skip
+    """The probe's sweeps "measured" on the baseline's server (the true model)."""
+    st.diagnosis = diagnosis_with(write_probe_records(st.out / "probe", TRUE))
 
 
 def test_the_probe_alone_calibrates_the_baseline_build_before_any_trial(tmp_path: Path) -> None:
@@ -262,7 +239,7 @@ def test_the_probe_alone_calibrates_the_baseline_build_before_any_trial(tmp_path
     # context they read are one measure at a single length), from the sweeps alone
     batch = fit.step.step_s(0, 32, 32 * 0.16)
     assert batch == pytest.approx(TRUE.step_s(0, 32, 32 * 0.16), rel=0.1)
-    assert g.lengths() == [(128, 64)] * (4 + 8 + 16 + 64)  # the decode sweep's lengths
+    assert g.lengths() == [LENGTHS] * DECODE_REQUESTS  # the decode sweep's lengths
     c = g.predict({})
     assert c is not None and c.basis == "probe" and c.build_trials == []
     # its interval is wider than a calibrated prediction's (the probe's term), and it is
@@ -285,6 +262,6 @@ def test_a_measured_trial_of_the_probed_build_calibrates_on_both(tmp_path: Path)
     _baseline(st, 600.0)
     (fit,) = Guide(st).fits().values()
     assert fit.trials == [0] and fit.probe
-    assert fit.requests == (3 * 3 + 4 + 8 + 16 + 64) + 3 * 300
+    assert fit.requests == (3 * 3 + DECODE_REQUESTS) + 3 * 300
     c = Guide(st).predict({})
     assert c is not None and c.basis == "calibrated" and c.build_trials == [0]

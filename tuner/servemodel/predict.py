@@ -68,6 +68,7 @@ class PredictedLoad(BaseModel):
     ttft_ms_p50: float | None
     tpot_ms_p50: float | None
     n_requests: int
+    tpot_ms_p99: float | None = None
 
 
 class Prediction(BaseModel):
@@ -141,6 +142,7 @@ class Simulator:
             ttft_ms_p50=metrics.ttft_ms.p50,
             tpot_ms_p50=metrics.tpot_ms.p50,
             n_requests=len(recs),
+            tpot_ms_p99=metrics.tpot_ms.p99,
         )
         self.points.append(p)
         return p

@@ -1,0 +1,91 @@
+"""A machine predicted from its probe alone, for ``autotune compare``'s predicted rows.
+
+``autotune probe --diagnose`` of a configuration on a machine (a start and the probe's sweeps, a
+couple of minutes) leaves a probe folder: the result (``probe.json``) and every sweep point's
+per-request records. Those calibrate the serving model's step model for that configuration's
+build (tuner/calibration.py ``ProbePoints``), and the configuration is simulated under the
+SLOs, error limit and load model of the measured runs it is compared with, with the lengths of
+the probe's decode sweep (the workload the probe was given). It is the weaker kind of figure:
+basis ``probe``, its interval widened by the probe term (tuner/servemodel/spreads.py), and
+marked predicted beside the measured rows.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from probes.slo import SLOSet
+from tuner.calibration import Calibration, probe_points
+from tuner.predict_run import PredictError
+from tuner.probe_run import PROBE_FILE, ProbeResult
+from tuner.servemodel.configs import kv_bytes_per_token, sim_knobs
+from tuner.servemodel.load import cycled
+from tuner.servemodel.predict import Prediction, mean_of, predict
+from tuner.servemodel.scheduler import SimulationError
+from tuner.servemodel.spreads import spread_for
+from tuner.space import SpaceError, load_space, space_path
+
+
+def read_probe(folder: Path) -> ProbeResult | None:
+    """The probe folder's result, or None where ``folder`` holds none."""
+    path = folder / PROBE_FILE
+    if not path.is_file():
+        return None
+    return ProbeResult.model_validate_json(path.read_bytes())
+
+
+def predict_probe(
+    folder: Path,
+    result: ProbeResult,
+    slos: SLOSet,
+    max_error_rate: float,
+    load_kind: str,
+    seed: int = 0,
+) -> Prediction:
+    """The probed configuration's capacity on the probed machine (see the module docstring).
+
+    Raises:
+        PredictError: no sweeps kept (not a --diagnose probe of an engine autotune started),
+            too few records to calibrate on, or a configuration the model cannot simulate.
+    """
+    d = result.diagnosis
+    engine = result.target.get("engine")
+    if d is None or not d.records_files or not engine:
+        raise PredictError(
+            f"{folder}: the probe kept no sweeps to calibrate on (autotune probe --model ... "
+            "--diagnose keeps them)"
+        )
+    if load_kind not in ("rate", "concurrency"):
+        raise PredictError(f"load model {load_kind!r} is unknown; known: rate, concurrency")
+    try:
+        space = load_space(space_path(str(engine), result.hardware.device))
+    except (SpaceError, OSError) as exc:
+        raise PredictError(f"{folder}: the engine's search space cannot be read: {exc}") from None
+    params = dict(result.target.get("params") or {})
+    points = probe_points(d.records_files, params, folder / "records")
+    if points is None or not points.lengths:
+        raise PredictError(f"{folder}: the probe's records cannot be read")
+    cal = Calibration(space, lambda t, i: [], lambda t: None, probe=points)
+    found = cal.update([]) and cal.nearest(params)
+    if not found:
+        raise PredictError(f"{folder}: too few completed requests in the probe to calibrate on")
+    fit, _ = found
+    model_dir = result.target.get("model_dir")
+    try:
+        knobs = sim_knobs(
+            params, space, kv_bytes_per_token(model_dir, params.get("kv_cache_dtype"))
+        )
+        return predict(
+            fit.step,
+            knobs,
+            cycled(points.lengths),
+            slos,
+            max_error_rate,
+            load_kind,  # type: ignore[arg-type]
+            mean_lengths=mean_of(points.lengths),
+            spread=spread_for(None, "probe"),
+            seed=seed,
+            basis="probe",
+        )
+    except (SimulationError, ValueError) as exc:
+        raise PredictError(f"{folder}: the configuration cannot be simulated: {exc}") from None
