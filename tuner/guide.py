@@ -63,9 +63,11 @@ if TYPE_CHECKING:
 # is not worth a start.
 MIN_GAIN = 0.5
 Z90 = 1.645  # the normal quantile of a 90 % two-sided interval
-SCREEN_TRIALS = 48  # candidates the model screens per calibrated build and proposal
-SCREEN_RESOLUTION = 0.03  # a screened candidate's capacity is bracketed this finely
-SCREEN_HORIZON_S = 30.0  # seconds of arrivals per simulated point of a screened candidate
+SCREEN_TRIALS = 200  # distinct candidates the model screens per calibrated build and proposal
+SCREEN_RESOLUTION = 0.05  # a screened candidate's capacity is bracketed this finely (the tie band)
+# Seconds of arrivals per simulated point of a screened candidate: a screen ranks, and its best
+# two are predicted again with the full horizon and the bootstrap before one is chosen.
+SCREEN_HORIZON_S = 15.0
 
 
 @dataclass

@@ -21,6 +21,9 @@ from tuner.search import _sample_knobs, distribution
 optuna.logging.set_verbosity(logging.WARNING)
 
 
+MAX_ASKS = 4  # asks per distinct setting wanted, at most (a small space runs out of new ones)
+
+
 def screen(
     knobs: list[Knob],
     score: Callable[[dict[str, Any]], float | None],
@@ -34,7 +37,9 @@ def screen(
     Args:
         knobs: the simulated knobs of one stage.
         score: the predicted tokens/s of a setting of ``knobs``.
-        n_trials: settings to score, the seeds included.
+        n_trials: distinct settings to score, the seeds included (the sampler repeats some:
+            a repeat is told its score again and not counted, up to ``MAX_ASKS`` x
+            ``n_trials`` asks in all).
         seed: the sampler's seed (a screen is reproducible).
         seeds: settings scored first (the defaults, the best measured so far).
 
@@ -50,7 +55,9 @@ def screen(
     for s in seeds:
         study.enqueue_trial({k: v for k, v in s.items() if k in names}, skip_if_exists=True)
     scored: dict[tuple, tuple[dict[str, Any], float]] = {}
-    for _ in range(n_trials):
+    for _ in range(MAX_ASKS * n_trials):
+        if len(scored) >= n_trials:
+            break
         trial = study.ask()
         params = _sample_knobs(trial, knobs, dists)
         key = tuple(sorted((k, repr(v)) for k, v in params.items()))

@@ -36,7 +36,14 @@ from tuner.space import found_in_log
 from tuner.state import RunState
 from tuner.target import Target
 
-PREDICTED_DESCEND = 0.8
+# A capacity search that starts from a calibrated prediction brackets it: the first point a
+# little above it, then, where that breaks, one step down that brackets the prediction within
+# the search's resolution (1.15): two points where the prediction was within 6 %. Every point
+# near a capacity is long (three request lifetimes; 45-80 s on the Xeon), so the search pays
+# for each one; a start at the prediction itself and a step down by 0.8 took four in the
+# README command there (16:46: 12.9 broke, 10.3, 11.0 held, 11.8 broke).
+PREDICTED_ABOVE = 1.06
+PREDICTED_DESCEND = 0.88
 
 
 class Evaluator:
@@ -191,8 +198,8 @@ class Evaluator:
             max_points=7 if st.launches else max(1, st.opts.trials),
             should_stop=partial(sizing.points_time_left, st, trial),
             too_short=partial(sizing.too_short, st, trial),
-            # A start at a calibrated prediction that fails failed by a little (the model's
-            # capacity error here was 4-16 %): step down by that, not by half.
+            # A start just above a calibrated prediction that fails failed by a little (the
+            # model's capacity error here was 4-16 %): step down by that, not by half.
             descend=PREDICTED_DESCEND if self._starts_at_prediction(trial, start) else 0.5,
         )
         self._score(trial, cap.abandoned)
@@ -250,20 +257,20 @@ class Evaluator:
             p is not None
             and p.basis == "calibrated"
             and p.load is not None
-            and start == self.st.axis.floor(p.load)
+            and start == self.st.axis.floor(p.load * PREDICTED_ABOVE)
         )
 
     def start_load(
         self, best: TrialReport | None, predicted: PredictedReport | None = None
     ) -> float:
-        """Where a capacity search starts: the capacity the serving model predicted, where it
-        was calibrated on this configuration's build by its trials (a well-predicted trial
-        then needs few points); else the best configuration's capacity
+        """Where a capacity search starts: just above the capacity the serving model predicted,
+        where it was calibrated on this configuration's build by its trials (a well-predicted
+        trial then needs two points: ``PREDICTED_ABOVE``); else the best configuration's capacity
         (so two are compared at the same load first); for the first, the start option, or
         under the rate model what the probe's load point sustained."""
         st = self.st
         if predicted is not None and predicted.basis == "calibrated" and predicted.load:
-            return st.axis.floor(predicted.load)
+            return st.axis.floor(predicted.load * PREDICTED_ABOVE)
         if best is not None and (x := st.load_of(best)) is not None:
             return st.axis.floor(x)
         if st.axis.kind == "concurrency":

@@ -149,15 +149,25 @@ def test_short_tuning_run(tmp_path: Path) -> None:
     pred = trial["predicted"]
     assert pred is not None and pred["basis"] in ("calibrated", "transferred")
     assert 0 < pred["low"] <= pred["tokens_per_s"] and pred["load"] > 0
-    assert data["serving_model"]["predicted_trials"] == [trial["number"]]
-    measured_ok = trial["status"] == "ok"
-    assert ("capacity" in data["serving_model"]["errors"]) == measured_ok
+    # The baseline was predicted from the probe's sweeps alone (their records kept), before
+    # its first load point, and that error is published apart from the calibrated ones.
+    assert sorted(d["records_files"]) == sorted(
+        [f"prefill-{p['prompt_tokens']}" for p in d["prefill_sweep"]]
+        + [f"decode-c{p['concurrency']}" for p in d["decode_sweep"]]
+    )
+    base = data["baseline"]
+    assert base["status"] == "ok" and base["predicted"]["basis"] == "probe"
+    assert base["predicted"]["build_trials"] == [] and base["predicted"]["tokens_per_s"] > 0
+    assert data["serving_model"]["predicted_trials"] == [0, trial["number"]]
+    errors = data["serving_model"]["errors_by_basis"]
+    assert "capacity" in errors["probe"]
+    assert ("capacity" in errors.get(pred["basis"], {})) == (trial["status"] == "ok")
     # report.html, opened offline in a real Chromium: every figure drawn, the probe's too, and
-    # the model's predicted-against-measured where the trial has a measured capacity.
+    # the model's predicted-against-measured (the baseline has a measured capacity).
     page = open_page(folder / "report.html", tmp_path / "report.png")
     assert page.console_errors == [] and page.requests == [(folder / "report.html").as_uri()]
-    figures = {"pareto", "interactivity", "curves", "stages", "probe"}
-    assert set(page.figures) == figures | ({"model"} if measured_ok else set())
+    figures = {"pareto", "interactivity", "curves", "stages", "probe", "model"}
+    assert set(page.figures) == figures
     assert all(n > 0 for n in page.figures.values()), page.figures
     _serve_from_the_exports(folder, rec["env"], tmp_path)
     leftover = [p for p in _engine_processes() if p.pid not in before]

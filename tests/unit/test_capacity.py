@@ -375,3 +375,18 @@ def test_the_rate_axis_rounds_and_floors() -> None:
     assert axis.floor(0.01) == 0.05  # never under the minimum
     assert axis.key == "rate_rps" and CONCURRENCY.key == "concurrency"
     assert CONCURRENCY.floor(22.99) == 22.0
+
+
+@pytest.mark.parametrize("capacity", [9.35, 9.8, 10.0, 10.5])
+def test_a_start_just_above_a_good_prediction_brackets_it_in_two_points(capacity: float) -> None:
+    from tuner.trial import PREDICTED_ABOVE, PREDICTED_DESCEND
+
+    # predicted 10 req/s; the capacity within 6 % of it, under or over
+    axis = LoadAxis("rate", minimum=0.05, maximum=200.0)
+    start = axis.floor(10.0 * PREDICTED_ABOVE)
+    res = find_capacity(
+        rate_system(capacity), start=start, axis=axis, max_points=8, descend=PREDICTED_DESCEND
+    )
+    assert [p.holds for p in res.points] == [False, True]
+    assert res.best is not None and res.best.load <= capacity < res.points[0].load
+    assert res.points[0].load <= 1.15 * res.best.load

@@ -165,6 +165,7 @@ def test_screen_finds_the_best_setting_of_a_scripted_score() -> None:
         return -abs(p["max_num_seqs"] - 100)
 
     ranked = screen(knobs, score, n_trials=40, seed=1, seeds=[{"max_num_seqs": 16}])
+    assert len(ranked) == 40  # distinct settings: the sampler's repeats are not counted
     assert abs(ranked[0][0]["max_num_seqs"] - 100) <= 10
     assert [s for _, s in ranked] == sorted((s for _, s in ranked), reverse=True)
 
