@@ -28,8 +28,9 @@ def _cells(c: Comparison, r: RunRow) -> list[str]:
     if r.figure == "predicted":
         lo, hi = r.interval or (None, None)
         figure = (
-            f"PREDICTED from its probe alone (90 % {_num(lo, '.0f')}-{_num(hi, '.0f')} tok/s), "
-            "not measured"
+            f"PREDICTED from its probe alone, at the load a run would claim (90 % "
+            f"{_num(lo, '.0f')}-{_num(hi, '.0f')} tok/s; capacity "
+            f"{_num(r.predicted_capacity, '.0f')}), not measured"
         )
     elif r.confirmed and r.provisional:
         figure = "confirmed, provisionally (too few requests for the percentile)"

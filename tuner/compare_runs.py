@@ -58,6 +58,7 @@ class RunRow(BaseModel):
     # "predicted": from a probe folder, by the serving model (``interval``: its 90 % interval)
     figure: Literal["measured", "predicted"] = "measured"
     interval: tuple[float, float | None] | None = None
+    predicted_capacity: float | None = None  # the capacity a predicted row's figure is taken at
     price_per_hour: float | None = None
     usd_per_million_tokens: float | None = None
     tokens_per_usd: float | None = None
@@ -210,18 +211,21 @@ def _predicted_row(
     folder: Path,
     probe: ProbeResult,
     slos: SLOSet,
-    err: float,
-    kind: str,
+    ref: Report,
     pt: int,
     pp: int,
 ) -> RunRow:
+    """A probe folder's row: at the load a run would claim, as the measured rows are."""
+    kind = str(ref.load.get("model", "rate"))
+    margin = float(ref.options.get("load_margin", 0.15))
     try:
-        p = predict_probe(folder, probe, slos, err, kind)
+        f = predict_probe(folder, probe, slos, ref.max_error_rate, kind, margin)
     except PredictError as exc:
         raise CompareError(str(exc)) from None
-    at = p.at_capacity
+    p, at, share = f.capacity, f.claim, f.claim_share
     hw = probe.hardware
     params = probe.target.get("params") or {}
+    key = "rate_rps" if kind == "rate" else "concurrency"
     return RunRow(
         name=folder.name,
         run_id=folder.name,
@@ -229,22 +233,21 @@ def _predicted_row(
         cpu_count=hw.cpu_count,
         gpus=", ".join(g.name for g in hw.gpus) or "none",
         engine=str(probe.target.get("engine")),
-        tokens_per_s=p.tokens_per_s if p.load is not None else None,
-        load=load_text({"rate_rps" if kind == "rate" else "concurrency": p.load})
-        if p.load is not None
-        else "-",
-        ttft_ms=(at.ttft_ms_p99 if pt == 99 else at.ttft_ms_p50 if pt == 50 else None)
-        if at
-        else None,
-        tpot_ms=(at.tpot_ms_p99 if pp == 99 else at.tpot_ms_p50 if pp == 50 else None)
-        if at
-        else None,
+        tokens_per_s=at.output_tokens_per_s if at is not None else None,
+        load=load_text({key: at.load}) if at is not None else "-",
+        ttft_ms=_at_percentile(at.ttft_ms_p50, at.ttft_ms_p99, pt) if at else None,
+        tpot_ms=_at_percentile(at.tpot_ms_p50, at.tpot_ms_p99, pp) if at else None,
         confirmed=False,
-        meets_slo=p.load is not None,
+        meets_slo=at is not None and at.holds,
         config=", ".join(f"{k}={v}" for k, v in params.items()) or "the engine's defaults",
         figure="predicted",
-        interval=(p.low, p.high),
+        interval=(p.low * share, p.high * share if p.high is not None else None),
+        predicted_capacity=p.tokens_per_s if p.load is not None else None,
     )
+
+
+def _at_percentile(p50: float | None, p99: float | None, percentile: int) -> float | None:
+    return {50: p50, 99: p99}.get(percentile)
 
 
 def compare(run_dirs: list[Path], prices: dict[str, float]) -> Comparison:
@@ -303,10 +306,8 @@ def compare(run_dirs: list[Path], prices: dict[str, float]) -> Comparison:
                 for s in slo
             )
         )
-        err = min(r.max_error_rate for r in reports)
-        kind = str(reports[0].load.get("model", "rate"))
         for d, pr in probes.items():
-            by_dir[d] = _predicted_row(d, pr, slos, err, kind, pt, pp)
+            by_dir[d] = _predicted_row(d, pr, slos, reports[0], pt, pp)
             warnings += _probe_warnings(d.name, pr, reports[0])
     rows = [_price(by_dir[d], prices) for d in every]
     if differ:

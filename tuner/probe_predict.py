@@ -7,11 +7,14 @@ build (tuner/calibration.py ``ProbePoints``), and the configuration is simulated
 SLOs, error limit and load model of the measured runs it is compared with, with the lengths of
 the probe's decode sweep (the workload the probe was given). It is the weaker kind of figure:
 basis ``probe``, its interval widened by the probe term (tuner/servemodel/spreads.py), and
-marked predicted beside the measured rows.
+marked predicted beside the measured rows. Those rows are confirmed figures, at the load a run
+claims (on the rate axis ``1 - load_margin`` of the capacity), so the predicted row is given
+there too, beside the capacity it was taken from.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from probes.slo import SLOSet
@@ -20,7 +23,7 @@ from tuner.predict_run import PredictError
 from tuner.probe_run import PROBE_FILE, ProbeResult
 from tuner.servemodel.configs import kv_bytes_per_token, sim_knobs
 from tuner.servemodel.load import cycled
-from tuner.servemodel.predict import Prediction, mean_of, predict
+from tuner.servemodel.predict import PredictedLoad, Prediction, Simulator, mean_of, predict
 from tuner.servemodel.scheduler import SimulationError
 from tuner.servemodel.spreads import spread_for
 from tuner.space import SpaceError, load_space, space_path
@@ -34,15 +37,28 @@ def read_probe(folder: Path) -> ProbeResult | None:
     return ProbeResult.model_validate_json(path.read_bytes())
 
 
+@dataclass(frozen=True)
+class ProbeForecast:
+    """The probed configuration's predicted capacity, and the point a tuning run would confirm
+    it at (``claim``: at ``1 - load_margin`` of the capacity on the rate axis, as the runs
+    compared were confirmed; at the capacity on the concurrency axis)."""
+
+    capacity: Prediction
+    claim: PredictedLoad | None
+    claim_share: float  # the claim's load over the capacity's
+
+
 def predict_probe(
     folder: Path,
     result: ProbeResult,
     slos: SLOSet,
     max_error_rate: float,
     load_kind: str,
+    load_margin: float = 0.15,
     seed: int = 0,
-) -> Prediction:
-    """The probed configuration's capacity on the probed machine (see the module docstring).
+) -> ProbeForecast:
+    """The probed configuration's capacity on the probed machine (see the module docstring),
+    and the figures at the load a run would claim.
 
     Raises:
         PredictError: no sweeps kept (not a --diagnose probe of an engine autotune started),
@@ -75,7 +91,7 @@ def predict_probe(
         knobs = sim_knobs(
             params, space, kv_bytes_per_token(model_dir, params.get("kv_cache_dtype"))
         )
-        return predict(
+        p = predict(
             fit.step,
             knobs,
             cycled(points.lengths),
@@ -87,5 +103,15 @@ def predict_probe(
             seed=seed,
             basis="probe",
         )
+        share = 1.0 - load_margin if load_kind == "rate" else 1.0
+        claim = None
+        if p.load is not None:
+            sim = Simulator(
+                fit.step, knobs, cycled(points.lengths), slos, max_error_rate,
+                load_kind,  # type: ignore[arg-type]
+                seed,
+            )  # fmt: skip
+            claim = sim.point(p.load * share)
     except (SimulationError, ValueError) as exc:
         raise PredictError(f"{folder}: the configuration cannot be simulated: {exc}") from None
+    return ProbeForecast(p, claim, share)

@@ -157,6 +157,10 @@ def test_a_probe_folder_is_predicted_beside_measured_runs(
     )  # fmt: skip
     assert predicted.load.startswith("c=")
     assert predicted.tokens_per_s == pytest.approx(truth.tokens_per_s, rel=0.1)
+    # given at the load a run would claim (closed loop: the capacity's whole clients), beside
+    # the capacity it was taken from
+    assert predicted.predicted_capacity is not None
+    assert predicted.tokens_per_s <= predicted.predicted_capacity  # type: ignore[operator]
     lo, hi = predicted.interval  # type: ignore[misc]
     assert hi is not None and lo < predicted.tokens_per_s < hi
     assert predicted.usd_per_million_tokens == pytest.approx(
