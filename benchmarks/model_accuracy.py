@@ -365,14 +365,22 @@ def table(b: Bench, doc: Result) -> None:
         )
 
 
-def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+def bench_options(doc: str | None) -> argparse.ArgumentParser:
+    """The options every benchmark built on ``Bench`` takes (the model, SLOs, workload,
+    error limit and the build its configurations share)."""
+    p = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawTextHelpFormatter)
     add = p.add_argument
     add("--model", default="smollm2-135m")
     add("--slo", action="append", default=None, help="as autotune's --slo (ttft=2s)")
     add("--workload", default="synthetic:input=128,output=64")
     add("--max-error-rate", type=float, default=0.01)
     add("--build", action="append", default=[], help="knob=value shared by every config")
+    return p
+
+
+def main() -> int:
+    p = bench_options(__doc__)
+    add = p.add_argument
     add("--configs", type=int, default=len(CONFIGS), help="the first N of CONFIGS")
     add("--start-rate", type=float, default=2.0, help="the calibration ladder's first rate")
     add("--calib-span", type=float, default=25.0, help="seconds of arrivals per ladder point")

@@ -40,7 +40,6 @@ Run the first from the repository root on an idle machine; ``--again`` replays a
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import json
 import random
@@ -56,6 +55,7 @@ import optuna  # noqa: E402
 from model_accuracy import (  # noqa: E402
     Bench,
     Result,
+    bench_options,
     calibration_plan,
     fit,
     load_points,
@@ -287,13 +287,8 @@ def replay(b: Bench, doc: Result, starts: int, seeds: list[int]) -> Result:
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p = bench_options(__doc__)
     add = p.add_argument
-    add("--model", default="smollm2-135m")
-    add("--slo", action="append", default=None, help="as autotune's --slo (ttft=2s)")
-    add("--workload", default="synthetic:input=128,output=64")
-    add("--max-error-rate", type=float, default=0.01)
-    add("--build", action="append", default=[], help="knob=value shared by every config")
     add("--start-rate", type=float, default=2.0, help="the first configuration's first rate")
     add("--calib-span", type=float, default=20.0, help="seconds of arrivals per ladder point")
     add("--span", type=float, default=25.0, help="seconds of arrivals per measured point")
