@@ -38,6 +38,11 @@ class ProbePoints:
     lengths: list[tuple[int, int]] | None = None  # (prompt, output) of its decode sweep
 
 
+def lengths_of(records: list[RequestRecord]) -> list[tuple[int, int]]:
+    """The (prompt, output) tokens of the completed requests whose prompt length is known."""
+    return [(int(r.n_prompt or 0), r.n_out) for r in records if r.ok and r.n_prompt]
+
+
 def probe_points(files: dict[str, str], params: dict[str, Any], folder: Path) -> ProbePoints | None:
     """The probe's kept records (``Diagnosis.records_files``, as written or, where the folder
     has moved, in ``folder``: a run's probe/, a probe folder's records/) as calibration points
@@ -54,7 +59,7 @@ def probe_points(files: dict[str, str], params: dict[str, Any], folder: Path) ->
             continue
         points.append(recs)
         if name.startswith("decode-"):
-            lengths += [(int(r.n_prompt or 0), r.n_out) for r in recs if r.ok and r.n_prompt]
+            lengths += lengths_of(recs)
     return ProbePoints(params, points, lengths or None) if points else None
 
 
@@ -129,9 +134,8 @@ class Calibration:
         point with a completed request, else the probe's decode sweep (None: neither)."""
         for t in trials:
             for i in range(len(t.points)):
-                recs = [r for r in self.read(t, i) if r.ok and r.n_prompt]
-                if recs:
-                    return [(int(r.n_prompt or 0), r.n_out) for r in recs]
+                if pairs := lengths_of(self.read(t, i)):
+                    return pairs
         return self.probe.lengths if self.probe is not None else None
 
     def nearest(self, params: dict[str, Any]) -> tuple[BuildFit, int] | None:

@@ -103,13 +103,7 @@ def compare_cmd(
 
     if len(run_dirs) < 2:
         fail("give two or more run folders to compare")
-    for d in run_dirs:
-        if not (d / "report.json").is_file() and not (d / "probe.json").is_file():
-            fail(
-                f"{d} is neither an autotune run folder (report.json) nor a probe folder "
-                "(probe.json, from autotune probe --diagnose)"
-            )
-    try:
+    try:  # a folder of neither kind is refused there, before anything is read
         result = compare(run_dirs, parse_prices(price))
     except (CompareError, RescoreError) as exc:
         fail(str(exc))

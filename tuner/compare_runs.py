@@ -263,7 +263,8 @@ def compare(run_dirs: list[Path], prices: dict[str, float]) -> Comparison:
         if not (d / "report.json").is_file():
             if (found := read_probe(d)) is None:
                 raise CompareError(
-                    f"{d} is neither a run folder (report.json) nor a probe folder (probe.json)"
+                    f"{d} is neither a run folder (report.json) nor a probe folder (probe.json, "
+                    "from autotune probe --diagnose)"
                 )
             probes[d] = found
     measured_dirs = [d for d in run_dirs if d not in probes]
@@ -272,10 +273,8 @@ def compare(run_dirs: list[Path], prices: dict[str, float]) -> Comparison:
             "give at least one run folder: a probe folder is predicted under the runs' SLO, "
             "workload and load model"
         )
-    every = run_dirs
-    run_dirs = measured_dirs
-    names = [d.name for d in run_dirs]
-    reports = [Report.model_validate_json((d / "report.json").read_bytes()) for d in run_dirs]
+    names = [d.name for d in measured_dirs]
+    reports = [Report.model_validate_json((d / "report.json").read_bytes()) for d in measured_dirs]
     known = {
         k for n, r in zip(names, reports, strict=True) for k in (n, r.run_id, r.hardware.hostname)
     } | {k for d, pr in probes.items() for k in (d.name, pr.hardware.hostname)}
@@ -285,31 +284,23 @@ def compare(run_dirs: list[Path], prices: dict[str, float]) -> Comparison:
             f"(runs: {', '.join(names)})"
         )
     slo = common_slo(reports)
+    slos = SLOSet(
+        latency=tuple(
+            LatencySLO(metric=s.metric, percentile=s.percentile, limit_ms=s.limit_ms) for s in slo
+        )
+    )
     differ = any(_key(r.slo) != _key(slo) for r in reports)
     if differ:
-        slos = SLOSet(
-            latency=tuple(
-                LatencySLO(metric=s.metric, percentile=s.percentile, limit_ms=s.limit_ms)
-                for s in slo
-            )
-        )
         err = min(r.max_error_rate for r in reports)
-        reports = [rescore(d, r, slos, err) for d, r in zip(run_dirs, reports, strict=True)]
+        reports = [rescore(d, r, slos, err) for d, r in zip(measured_dirs, reports, strict=True)]
     pt = next((s.percentile for s in slo if s.metric == "ttft"), 99)
     pp = next((s.percentile for s in slo if s.metric == "tpot"), 99)
-    by_dir = {d: _row(n, r, pt, pp) for d, n, r in zip(run_dirs, names, reports, strict=True)}
+    by_dir = {d: _row(n, r, pt, pp) for d, n, r in zip(measured_dirs, names, reports, strict=True)}
     warnings = _warnings(reports, names)
-    if probes:
-        slos = SLOSet(
-            latency=tuple(
-                LatencySLO(metric=s.metric, percentile=s.percentile, limit_ms=s.limit_ms)
-                for s in slo
-            )
-        )
-        for d, pr in probes.items():
-            by_dir[d] = _predicted_row(d, pr, slos, reports[0], pt, pp)
-            warnings += _probe_warnings(d.name, pr, reports[0])
-    rows = [_price(by_dir[d], prices) for d in every]
+    for d, pr in probes.items():
+        by_dir[d] = _predicted_row(d, pr, slos, reports[0], pt, pp)
+        warnings += _probe_warnings(d.name, pr, reports[0])
+    rows = [_price(by_dir[d], prices) for d in run_dirs]
     if differ:
         warnings.append(
             "the runs' SLOs differ: each was re-scored from its recorded requests under the "

@@ -246,6 +246,17 @@ def write_records(path: Path, records: list[RequestRecord]) -> None:
     path.write_bytes(b"".join(orjson.dumps(r.to_json()) + b"\n" for r in records))
 
 
+def keep_records(
+    folder: Path, kept: dict[str, str], name: str, records: list[RequestRecord]
+) -> None:
+    """A probe sweep point's records, written to ``folder/<name>.jsonl`` and named in ``kept``
+    (``Diagnosis.records_files``: what the serving model calibrates on)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{name}.jsonl"
+    write_records(path, records)
+    kept[name] = str(path)
+
+
 def point_line(m: LoadMetrics, v: Verdict) -> str:
     """One progress line for a measured point."""
 

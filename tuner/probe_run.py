@@ -26,7 +26,6 @@ from pydantic import BaseModel, ConfigDict
 from probes.client import LoadClient, run_load
 from probes.diagnose import Diagnosis, run_diagnosis
 from probes.metrics import LoadMetrics, Verdict, summarize
-from probes.records import RequestRecord
 from probes.sequential import shortfall
 from probes.server_metrics import ServerSeries
 from probes.slo import SLOSet
@@ -43,7 +42,7 @@ from tuner.engines.base import Engine, EngineStartError, LaunchSpec, ServerProce
 from tuner.engines.endpoint import EndpointEngine, EndpointError, attach
 from tuner.hardware import Hardware, detect_hardware, template_context
 from tuner.launch import launch_settings
-from tuner.measure import judge_point, write_records
+from tuner.measure import judge_point, keep_records
 from tuner.models import ModelError, load_tokenizer, resolve_model
 from tuner.report import dump_json, write_atomic
 from tuner.space import SpaceError, load_space, space_path
@@ -262,7 +261,7 @@ def probe(
         diagnosis = None
         kept: dict[str, str] = {}
         if diagnose:
-            keep = partial(_keep, out_dir / "records", kept)
+            keep = partial(keep_records, out_dir / "records", kept)
             keep("load", res.records)
             diagnosis = run_diagnosis(
                 client,
@@ -305,11 +304,3 @@ def probe(
     if diagnose:  # a probe folder: what autotune compare predicts this machine from
         write_atomic(out_dir / PROBE_FILE, dump_json(result))
     return result
-
-
-def _keep(folder: Path, kept: dict[str, str], name: str, records: list[RequestRecord]) -> None:
-    """One sweep point's per-request records, kept for the serving model's calibration."""
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{name}.jsonl"
-    write_records(path, records)
-    kept[name] = str(path)

@@ -21,14 +21,13 @@ from pathlib import Path
 from typing import Any
 
 from probes.diagnose import run_diagnosis
-from probes.records import RequestRecord
 from probes.transient import disturbed_at_start
 from tuner import checkpoint, reach, recommend, side_by_side, sizing, stall, stop
 from tuner.capacity import PointOutcome, find_capacity
 from tuner.engines.base import EngineDied, EngineStartError, RunningServer, raise_if_died
 from tuner.estimate import CapacityEstimate, Samples
 from tuner.gate_steps import GateSteps
-from tuner.measure import point_line, write_records
+from tuner.measure import keep_records, point_line, write_records
 from tuner.report import PointReport, PredictedReport, TrialReport, dump_json, write_atomic
 from tuner.scoring import abandon_reason, under_capacity
 from tuner.scoring import describe as describe_estimate
@@ -402,14 +401,8 @@ class Evaluator:
         t0 = time.monotonic()
         st.say("probe: measuring where the time goes on the baseline server")
         st.client.base_url = server.base_url
+        # the serving model's calibration before any trial is measured (tuner/guide.py)
         kept: dict[str, str] = {}
-
-        def keep(name: str, records: list[RequestRecord]) -> None:
-            # the serving model's calibration before any trial is measured (tuner/guide.py)
-            path = st.out / "probe" / f"{name}.jsonl"
-            path.parent.mkdir(exist_ok=True)
-            write_records(path, records)
-            kept[name] = str(path)
 
         try:
             st.diagnosis = run_diagnosis(
@@ -426,7 +419,7 @@ class Evaluator:
                 ignore_eos=self.target.ignore_eos,
                 progress=st.say,
                 enough=lambda one: reach.unreachable_alone(one, st.cons) is not None,
-                keep=keep,
+                keep=partial(keep_records, st.out / "probe", kept),
             )
             st.diagnosis.records_files = kept
             st.say(f"probe: {st.diagnosis.verdict.summary}")

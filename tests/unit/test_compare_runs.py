@@ -183,3 +183,5 @@ def test_probe_folders_alone_or_a_folder_of_neither_kind_are_refused(
     (tmp_path / "empty").mkdir()
     with pytest.raises(CompareError, match="neither a run folder"):
         compare([a, tmp_path / "empty"], {})
+    cli = CliRunner().invoke(app, ["compare", str(a), str(tmp_path / "empty")])
+    assert cli.exit_code == 2 and "neither a run folder" in cli.output
