@@ -301,25 +301,22 @@ def main() -> int:
     a = p.parse_args()
     a.slo = a.slo or ["ttft=2s"]
     seeds = [int(s) for s in a.seeds.split(",")]
-    if a.finish:  # a grid cut short, or measured before first_again existed
-        doc = json.loads((a.finish / "efficiency.json").read_text())
+    doc: Result
+    if stored := a.finish or a.again:
+        doc = json.loads((stored / "efficiency.json").read_text())
         for k in ("slo", "workload", "max_error_rate"):
             setattr(a, k, doc["options"][k])
-        b = Bench(a, a.finish)
+        b = Bench(a, stored)
+        # --again writes its replay beside the grid; --finish completes the grid's own file
+        written = stored / ("efficiency.json" if a.finish else "efficiency-again.json")
 
-        def save_finished() -> None:
-            write_atomic(a.finish / "efficiency.json", json.dumps(doc, indent=2).encode())
+        def save_stored() -> None:
+            write_atomic(written, json.dumps(doc, indent=2).encode())
 
-        measure_grid(b, doc["options"]["build"], doc, save_finished)
+        if a.finish:  # a grid cut short, or measured before first_again existed
+            measure_grid(b, doc["options"]["build"], doc, save_stored)
         doc["replay"] = replay(b, doc, a.starts, seeds)
-        save_finished()
-        return 0
-    if a.again:
-        doc: Result = json.loads((a.again / "efficiency.json").read_text())
-        for k in ("slo", "workload", "max_error_rate"):
-            setattr(a, k, doc["options"][k])
-        doc["replay"] = replay(Bench(a, a.again), doc, a.starts, seeds)
-        write_atomic(a.again / "efficiency-again.json", json.dumps(doc, indent=2).encode())
+        save_stored()
         return 0
     out = a.out or ROOT / "results" / f"efficiency-{time.strftime('%Y%m%d-%H%M%S')}"
     out.mkdir(parents=True, exist_ok=True)
