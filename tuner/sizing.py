@@ -170,11 +170,18 @@ def confirm_estimate_s(
     return start_estimate_s(st, best) + 30.0 + all_tries
 
 
+# Configurations a run measures after the baseline before the baseline's confirmation is made
+# (``baseline_confirm_reserve_s``): the README command on the Xeon (13 minutes, 2026-12-05)
+# confirmed the baseline in 71 s right after its search and then had time for two trials.
+TRIALS_FIRST = 3
+
+
 def baseline_confirm_reserve_s(st: RunState, baseline: TrialReport) -> float:
     """What the baseline's confirmation, right after its search, keeps back: nothing where no
-    trial follows; else the first trial's gate (a start, a warm-up, one load point), the
-    baseline's stop, and two tries on that trial's own server, costed at the baseline's load
-    (the longest a trial that beats it needs). No fresh start: a first trial that leads and
+    trial follows; else ``TRIALS_FIRST`` trials (each the longer of a trial's gate, a start, a
+    warm-up and one load point, and what the baseline's own start, warm-up and search took),
+    the server's stops, and two tries on the last trial's own server, costed at the baseline's
+    load (the longest a trial that beats it needs). No fresh start: a first trial that leads and
     leaves no room for another is confirmed where it runs (``confirm_in_place``); one that
     loses leaves the baseline, confirmed now, the best; and a further trial starts only where
     the best's confirmation on a fresh start fits after it (``another_trial_fits``). In a
@@ -185,7 +192,19 @@ def baseline_confirm_reserve_s(st: RunState, baseline: TrialReport) -> float:
     if not (st.launches and st.opts.trials):
         return 0.0
     fresh = st.shared is not None
-    return trial_min_s(st, baseline) + STOP_S + confirm_estimate_s(st, fresh=fresh, best=baseline)
+    gate = trial_min_s(st, baseline) + STOP_S
+    # The trials first: the run's first configurations after the baseline, each costed as the
+    # baseline's own start, warm-up and search took (the probe left out), must fit before its
+    # confirmation is made; else it is put off to the end (``confirm_baseline_late``), where a
+    # budget that then has no room leaves the baseline's figure its search estimate.
+    like_baseline = (
+        (baseline.startup_s or 0.0)
+        + (baseline.warmup_s or 0.0)
+        + sum(p.metrics.duration_s for p in baseline.points)
+        + STOP_S
+    )
+    trials = max(gate, like_baseline) * min(TRIALS_FIRST, st.opts.trials)
+    return trials + confirm_estimate_s(st, fresh=fresh, best=baseline)
 
 
 def another_trial_fits(

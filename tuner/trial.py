@@ -43,6 +43,9 @@ from tuner.target import Target
 # README command there (16:46: 12.9 broke, 10.3, 11.0 held, 11.8 broke).
 PREDICTED_ABOVE = 1.06
 PREDICTED_DESCEND = 0.88
+# The predictions a search starts from: those of a build calibrated on the target (a transferred
+# one, 30 % away, starts at the best configuration's capacity instead).
+BRACKETED = ("calibrated", "probe")
 
 
 class Evaluator:
@@ -167,12 +170,12 @@ class Evaluator:
             if st.wants("quantisation"):
                 self.gates.baseline_quality(server)
             if self.predict_first is not None:
-                # Published beside the measurement (the probe-only error), but not where the
-                # search starts: +-15 % away, and every point near a capacity is long (three
-                # request lifetimes), so a start there cost more than the climb from the
-                # probe's load (the README command on the Xeon: 4:45 against 3:18).
+                # Published beside the measurement (the probe-only error), and bracketed like
+                # a calibrated prediction: the climb from the probe's load point took seven
+                # points (3 m) in the README command on the Xeon, where the probe's
+                # prediction was 7-10 % high.
                 trial.predicted = self.predict_first(trial.params, trial.number)
-            start = self.start_load(None)
+            start = self.start_load(None, trial.predicted)
         elif best is not None and best.warmup_s and trial.warmup_s > 3 * best.warmup_s + 20:
             trial.status, trial.error = (
                 "abandoned",
@@ -254,7 +257,7 @@ class Evaluator:
         p = trial.predicted
         return (
             p is not None
-            and p.basis == "calibrated"
+            and p.basis in BRACKETED
             and p.load is not None
             and start == self.st.axis.floor(p.load * PREDICTED_ABOVE)
         )
@@ -263,12 +266,13 @@ class Evaluator:
         self, best: TrialReport | None, predicted: PredictedReport | None = None
     ) -> float:
         """Where a capacity search starts: just above the capacity the serving model predicted,
-        where it was calibrated on this configuration's build by its trials (a well-predicted
-        trial then needs two points: ``PREDICTED_ABOVE``); else the best configuration's capacity
-        (so two are compared at the same load first); for the first, the start option, or
-        under the rate model what the probe's load point sustained."""
+        where it was calibrated on this configuration's build, by its trials or by the probe's
+        sweeps (a well-predicted trial then needs two points: ``PREDICTED_ABOVE``); else the
+        best configuration's capacity (so two are compared at the same load first); for the
+        first, the start option, or under the rate model what the probe's load point
+        sustained."""
         st = self.st
-        if predicted is not None and predicted.basis == "calibrated" and predicted.load:
+        if predicted is not None and predicted.basis in BRACKETED and predicted.load:
             return st.axis.floor(predicted.load * PREDICTED_ABOVE)
         if best is not None and (x := st.load_of(best)) is not None:
             return st.axis.floor(x)

@@ -121,6 +121,30 @@ def test_the_guide_screens_the_scheduler_knobs_and_proposes_what_could_gain(tmp_
     assert screened and screened[0].prediction.tokens_per_s >= 0.97 * own.prediction.tokens_per_s
 
 
+def test_a_candidate_build_is_measured_first_at_the_best_simulated_setting(tmp_path: Path) -> None:
+    st = _state(tmp_path)
+    base = _baseline(st, 600.0)
+    g = Guide(st, screen_trials=24)
+    own = g.predict({})
+    assert own is not None
+    base.score_tokens_per_s = own.prediction.tokens_per_s
+    stage = st.space.stage("batching")  # type: ignore[union-attr]
+    assert stage is not None
+    sim = [k for k in stage.knobs if k.sim and not k.sim_build]
+    (top, *_) = g._screen_build(stage, {}, {}, sim)
+    c = g.propose(stage, {}, {config_key({})})
+    assert c is not None and c.basis == "transferred"
+    # the space's first candidate's build (both cores, coarser streaming, no access log) ...
+    first = stage.candidates[0]
+    assert {k: c.params[k] for k in ("cpu_binding", "stream_interval", "uvicorn_access_log")} == {
+        k: first[k] for k in ("cpu_binding", "stream_interval", "uvicorn_access_log")
+    }
+    # ... at the scheduler setting the model found best for the measured build, not the
+    # candidate's own, so it is predicted at least as high and chosen for its wider spread
+    assert {k.name: c.params[k.name] for k in sim} == {k.name: top.params[k.name] for k in sim}
+    assert c.prediction.spread_model > top.prediction.spread_model
+
+
 def test_nothing_is_proposed_when_the_best_is_far_beyond_every_prediction(tmp_path: Path) -> None:
     st = _state(tmp_path)
     _baseline(st, 100_000.0)  # a measured best no configuration is predicted near

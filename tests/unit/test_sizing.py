@@ -117,27 +117,35 @@ def test_after_a_cold_baseline_a_trial_fits_where_its_confirmation_on_its_own_se
     assert "time budget" in (sizing.time_left_reason(st) or "")
 
 
-def test_the_baseline_is_confirmed_at_once_where_a_trial_and_its_own_servers_tries_fit(
+def test_the_baseline_is_confirmed_at_once_only_where_three_trials_like_it_fit_first(
     tmp_path: Path,
 ) -> None:
-    """The 2-core Xeon's seed 125 (2026-12-05): the baseline's search ended 333 s in, 447 s
-    left, with a try of about 80-95 s. Kept back for a fresh start of the winner too, its
-    confirmation waited, and the run ended with 148 s unused, too few for a start and a try.
-    The first trial, if it leads, is confirmed on its own server: no start is kept back."""
+    """The README command on the 2-core Xeon (2026-12-05): the baseline's search ended 4 m 39 s
+    in, its confirmation took 71 s at once, and the 13 minutes then held two trials. Its
+    confirmation now waits where ``TRIALS_FIRST`` trials, each costed as the baseline's own
+    start, warm-up and search (77 s + 13 s + three 20 s points here), and two tries on the last
+    one's server do not fit after it; with a budget that holds them, it is made at once."""
     clock = Clock()
     st = _state(tmp_path, clock)
     base = _trial(0, 77.0, 6.6, e2e_ms=4_800.0)
+    base.points = [_point(5.0, True), _point(6.6, True), _point(7.4, False)]
     clock.t = 333.0
     try_s = sizing.confirm_try_s(st, base)
-    with_restart = sizing.trial_min_s(st, base) + sizing.confirm_estimate_s(st, best=base)
-    assert not st.budget.fits(try_s, with_restart)  # what the run did
+    one = 77.0 + 13.0 + 3 * 20.0 + sizing.STOP_S
+    assert one > sizing.trial_min_s(st, base) + sizing.STOP_S  # the baseline's own cost rules
     reserve = sizing.baseline_confirm_reserve_s(st, base)
-    assert reserve == pytest.approx(sizing.trial_min_s(st, base) + sizing.STOP_S + 2 * try_s)
-    assert st.budget.fits(try_s, reserve)
+    assert reserve == pytest.approx(sizing.TRIALS_FIRST * one + 2 * try_s)
+    assert not st.budget.fits(try_s, reserve)  # put off: 447 s left
+    # With a 25-minute budget the three trials and the baseline's confirmation all fit.
+    long = _state(tmp_path, clock, budget_s=1500.0)
+    assert long.budget.fits(try_s, sizing.baseline_confirm_reserve_s(long, base))
+    # --trials 1: one trial is kept back, not three.
+    st.opts.trials = 1
+    assert sizing.baseline_confirm_reserve_s(st, base) == pytest.approx(one + 2 * try_s)
     # A shared study confirms nothing in place: there the fresh start is kept back too.
     st.shared = object()  # type: ignore[assignment]  # only its presence counts
     assert sizing.baseline_confirm_reserve_s(st, base) == pytest.approx(
-        with_restart + sizing.STOP_S
+        one + sizing.confirm_estimate_s(st, best=base)
     )
     # No trial to follow: nothing is kept back.
     st.shared = None
