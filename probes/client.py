@@ -8,6 +8,9 @@
   (no coordinated omission).
 - Warm-up requests are sent first, at the same load (the same concurrency, or open-loop
   arrivals at the same rate: never all at once), and thrown away.
+- A point may stop sending once its verdict is decided (``decided``, probes/sequential.py):
+  the requests not sent yet are dropped, those sent run to their end, so what is kept is a
+  shorter point of whole requests.
 
 It must stay lean: on two cores it competes with the engine it measures. Bodies are serialised
 before the clock starts; per chunk the client stores one timestamp and decodes one small JSON
@@ -17,6 +20,7 @@ object. The process's own CPU use over the window is reported with the figures.
 from __future__ import annotations
 
 import asyncio
+import math
 import random
 import time
 from collections.abc import AsyncIterable, Callable, Sequence
@@ -32,6 +36,10 @@ Clock = Callable[[], float]
 # Asked when a point's requests run out: how many more to send, given its records so far and
 # the clock's reading (probes/sequential.py's shortfall).
 More = Callable[[list[RequestRecord], float], int]
+# Asked every DECIDE_EVERY_S while a point runs: whether its verdict is already decided, so
+# the requests not sent yet need not be (probes/sequential.py's decided).
+Decided = Callable[[list[RequestRecord], float], bool]
+DECIDE_EVERY_S = 0.25
 # A grown point's k-th further batch of arrivals draws its gaps from seed + k x this: apart
 # from the warm-up's (seed + 1) and from the next point's seeds.
 SEGMENT_SEED_STEP = 1_000_003
@@ -191,14 +199,24 @@ class LoadClient:
         first_index: int,
         base: int | None = None,
         more: More | None = None,
+        decided: Decided | None = None,
     ) -> list[RequestRecord]:
         records: list[RequestRecord] = []
         pool = _Pool(len(reqs), base, more)
         t0 = self.clock()
+        asked = [t0]  # when ``decided`` was last asked
+
+        def done_early(now: float) -> bool:
+            if decided is None or now - asked[0] < DECIDE_EVERY_S:
+                return False
+            asked[0] = now
+            return decided(records, now)
 
         async def slot() -> None:
             t_free = t0
-            while (i := pool.take(records, self.clock())) is not None:
+            while (
+                not done_early(self.clock()) and (i := pool.take(records, self.clock())) is not None
+            ):
                 rec = RequestRecord(index=first_index + i, t_sched=t_free)
                 records.append(rec)
                 await self._one(session, reqs[i], rec)
@@ -217,15 +235,29 @@ class LoadClient:
         first_index: int,
         base: int | None = None,
         more: More | None = None,
+        decided: Decided | None = None,
     ) -> list[RequestRecord]:
         """Arrivals in segments: the first ``base`` (all, where None), then while ``more``
         asks for more (called when the last arrival of a segment is due), another segment of
         that many, right after it: each segment's n gaps span n/R (``arrival_offsets``), the
         last of them the gap before the next segment's first arrival, so the arrivals stay
-        one process at rate R."""
+        one process at rate R. Once ``decided`` says so, the arrivals not sent yet are
+        dropped."""
         pool = _Pool(len(reqs), base, more)
         records: list[RequestRecord] = []
         tasks: list[asyncio.Task[None]] = []
+        cut = asyncio.Event()
+
+        async def watch() -> None:
+            assert decided is not None
+            while not decided(records, self.clock()):
+                await asyncio.sleep(DECIDE_EVERY_S)
+            cut.set()
+            for task, rec in zip(tasks, records, strict=True):
+                if math.isnan(rec.t_send):  # not sent yet (sending sets it before any wait)
+                    task.cancel()
+
+        watcher = asyncio.ensure_future(watch()) if decided is not None else None
 
         async def fire(req: PreparedRequest, rec: RequestRecord) -> None:
             # Timers may wake a little early: never send before the scheduled time.
@@ -244,11 +276,20 @@ class LoadClient:
             k += 1
             if not pool.can_grow:
                 break
-            while (delay := records[-1].t_sched - self.clock()) > 0:
-                await asyncio.sleep(delay)
+            while (delay := records[-1].t_sched - self.clock()) > 0 and not cut.is_set():
+                await asyncio.sleep(min(delay, DECIDE_EVERY_S))
+            if cut.is_set():
+                break
             pool.grow(records, self.clock())
-        await asyncio.gather(*tasks)
-        return records
+        try:
+            ends = await asyncio.gather(*tasks, return_exceptions=True)
+        finally:
+            if watcher is not None:
+                watcher.cancel()
+        for end in ends:
+            if isinstance(end, BaseException) and not isinstance(end, asyncio.CancelledError):
+                raise end
+        return [r for r in records if not math.isnan(r.t_send)] if cut.is_set() else records
 
     async def run(
         self,
@@ -260,6 +301,7 @@ class LoadClient:
         seed: int = 0,
         base: int | None = None,
         more: More | None = None,
+        decided: Decided | None = None,
     ) -> LoadResult:
         """Send ``warmup`` requests (discarded), then the rest, at one load.
 
@@ -267,7 +309,9 @@ class LoadClient:
         sends that many of the rest, then asks ``more(records so far, now)`` how many of the
         others to send on at the same load (once the last of them is due or handed to a
         slot; again after each further batch), until it says 0 or none are left: a point
-        that grows until its sample suffices (probes/sequential.py).
+        that grows until its sample suffices (probes/sequential.py). With ``decided``, asked
+        every ``DECIDE_EVERY_S`` with the records so far, the point stops sending once it says
+        the verdict is decided (the requests already sent run to their end).
         """
         if (concurrency is None) == (rate_rps is None):
             raise ValueError("give exactly one of concurrency and rate_rps")
@@ -288,12 +332,19 @@ class LoadClient:
             cpu0, wall0 = time.process_time(), time.perf_counter()
             if concurrency is not None:
                 recs = await self._closed(
-                    session, measured, concurrency, warmup, base=base, more=more
+                    session, measured, concurrency, warmup, base=base, more=more, decided=decided
                 )
             else:
                 assert rate_rps is not None
                 recs = await self._open(
-                    session, measured, rate_rps, seed, warmup, base=base, more=more
+                    session,
+                    measured,
+                    rate_rps,
+                    seed,
+                    warmup,
+                    base=base,
+                    more=more,
+                    decided=decided,
                 )
             cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
         return LoadResult(recs, warm, 100.0 * cpu / wall if wall > 0 else 0.0, wall)

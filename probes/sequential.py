@@ -85,3 +85,26 @@ def shortfall(records: Sequence[RequestRecord], slos: SLOSet, now: float) -> int
         over = sum(known_over(r, slo, now) for r in records)
         need = max(need, math.ceil((requests_needed(slo.percentile, over) - have) / per))
     return need
+
+
+def over_needed(percentile: int, n: int) -> int:
+    """Samples over a limit that put the ``percentile``-th of ``n`` samples over it whatever
+    the others are: the percentile's interpolation (numpy's linear, as probes.metrics takes
+    it) then lies between two samples over the limit."""
+    return n - math.floor(percentile / 100.0 * (n - 1))
+
+
+def decided(slos: SLOSet, planned: int, records: Sequence[RequestRecord], now: float) -> bool:
+    """Whether a point of ``planned`` requests already breaks a latency SLO, given the
+    ``records`` sent so far and what is known of them at ``now``: its samples known to be over
+    the limit are enough to put the percentile over it even if every request still to come met
+    it (``over_needed``). The point can then stop sending: more requests cannot change its
+    verdict, and its requests so far make a shorter point with the same verdict (over a
+    share of fewer samples). TTFT, E2E and TPOT only: ITL's samples are gaps, not requests."""
+    for slo in slos.latency:
+        if slo.metric == "itl":
+            continue
+        over = sum(known_over(r, slo, now) for r in records)
+        if over and over >= over_needed(slo.percentile, max(planned, len(records))):
+            return True
+    return False

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from tuner.prediction_view import PredictionView
+from tuner.prediction_view import PredictionRow, PredictionView
 
 INTRO = (
     "Before each trial started, the serving model (calibrated on the builds measured so far) "
     "predicted its capacity; the dots are that prediction against what was then measured, "
-    "the bars the prediction's interval, the diagonal a perfect prediction."
+    "the bars the two intervals (each with a fresh start's spread), the diagonal a perfect "
+    "prediction."
 )
 
 
@@ -39,6 +40,12 @@ def model_figure(v: PredictionView) -> go.Figure | None:
                     "array": [(p.high or p.predicted) - p.predicted for p in sel],
                     "arrayminus": [p.predicted - p.low for p in sel],
                 },
+                error_y={
+                    "type": "data",
+                    "symmetric": False,
+                    "array": [(p.measured_high or m) - m for p, m in _measured(sel)],
+                    "arrayminus": [m - (p.measured_low or m) for p, m in _measured(sel)],
+                },
             )
         )
     top = max(max(p.predicted, p.measured or 0.0, p.high or 0.0) for p in rows) * 1.1
@@ -59,6 +66,10 @@ def model_figure(v: PredictionView) -> go.Figure | None:
     return fig
 
 
+def _measured(rows: list[PredictionRow]) -> list[tuple[PredictionRow, float]]:
+    return [(p, p.measured) for p in rows if p.measured is not None]
+
+
 def _cell(x: float | None, spec: str = ".0f") -> str:
     return "-" if x is None else format(x, spec)
 
@@ -70,6 +81,7 @@ def model_table(v: PredictionView) -> str:
         "predicted tok/s",
         "interval",
         "measured tok/s",
+        "interval",
         "error",
         "TTFT p99 ms pred / meas",
         "TPOT p50 ms pred / meas",
@@ -82,6 +94,7 @@ def model_table(v: PredictionView) -> str:
             _cell(p.predicted),
             f"{p.low:.0f}-{_cell(p.high)}",
             _cell(p.measured),
+            f"{_cell(p.measured_low)}-{_cell(p.measured_high)}",
             "-" if p.error is None else f"{p.error:+.0%}",
             f"{_cell(p.ttft_p99_predicted)} / {_cell(p.ttft_p99_measured)}",
             f"{_cell(p.tpot_p50_predicted, '.1f')} / {_cell(p.tpot_p50_measured, '.1f')}",

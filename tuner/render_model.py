@@ -15,6 +15,12 @@ def _pct(x: float | None) -> str:
     return "-" if x is None else f"{x:+.0%}"
 
 
+def _measured(p: PredictionRow) -> str:
+    if p.measured is None or p.measured_low is None:
+        return _num(p.measured)
+    return f"{p.measured:.0f} [{p.measured_low:.0f}-{_num(p.measured_high)}]"
+
+
 def _row(p: PredictionRow) -> str:
     hi = _num(p.high)
     basis = {
@@ -23,7 +29,7 @@ def _row(p: PredictionRow) -> str:
     }.get(p.basis, "transferred (a build not measured before)")
     return (
         f"| {p.trial} | {basis} | {p.predicted:.0f} [{p.low:.0f}-{hi}] | "
-        f"{_num(p.measured)} | {_pct(p.error)} | {_num(p.at_load, '.3g')} | "
+        f"{_measured(p)} | {_pct(p.error)} | {_num(p.at_load, '.3g')} | "
         f"{_num(p.ttft_p99_predicted)} / {_num(p.ttft_p99_measured)} | "
         f"{_num(p.tpot_p50_predicted, '.1f')} / {_num(p.tpot_p50_measured, '.1f')} |"
     )
@@ -39,14 +45,15 @@ def model_section(r: Report) -> list[str]:
         "",
         f"{v.summary} Each prediction was made before its trial started; its interval "
         f"includes the run-to-run spread of a fresh start (+-{v.run_to_run:.0%}) and, for a "
-        f"build not measured before, +-{v.transfer:.0%} more. TTFT p99 and TPOT p50 are "
+        f"build not measured before, +-{v.transfer:.0%} more. A measured capacity's interval "
+        f"is its bootstrap's with the same fresh-start spread added. TTFT p99 and TPOT p50 are "
         "predicted at the load the trial's figures were measured at.",
         "",
     ]
     if v.rows:
         out += [
-            "| # | basis | predicted tok/s [interval] | measured tok/s | error | at load | "
-            "TTFT p99 ms pred / meas | TPOT p50 ms pred / meas |",
+            "| # | basis | predicted tok/s [interval] | measured tok/s [interval] | error | "
+            "at load | TTFT p99 ms pred / meas | TPOT p50 ms pred / meas |",
             "| --- | --- | --- | --- | --- | --- | --- | --- |",
             *(_row(p) for p in v.rows),
             "",

@@ -15,6 +15,11 @@ from tuner.capacity import bracketed
 from tuner.report import TrialReport
 from tuner.state import RunState
 
+# The predictions a capacity search starts from (just above them: tuner/trial.py): those of a
+# build calibrated on the target, by its trials or by the probe's sweeps. A transferred one,
+# 30 % away, starts at the best configuration's capacity instead.
+BRACKETED = ("calibrated", "probe")
+
 
 def n_search(st: RunState, x: float, trial: TrialReport | None = None) -> int:
     """A search point's requests: a few per client slot (closed loop); open loop, enough
@@ -26,7 +31,11 @@ def n_search(st: RunState, x: float, trial: TrialReport | None = None) -> int:
     lifetimes grow with the load (each decoding step slows as the batch grows), so the held
     point's understate them between the two. (The AMD machines, trial 1 of seed 61: held at
     6.49 requests/s with E2E p50 4.9 s and broke at 9.09 with 10.3 s; the 15 s point between,
-    at 8.02, held, and 505 requests at 7.13 broke at p99 TTFT 4.43 s.)"""
+    at 8.02, held, and 505 requests at 7.13 broke at p99 TTFT 4.43 s.) A search's first point
+    that starts just above a prediction is near a capacity by design: its lifetime is the
+    predicted one there (TPOT p50 x the output per request). (The README command on the
+    Xeon: 161 requests just above the probe's prediction held, the climb broke, and the same
+    load with 595 broke: two points more than a first point sized for the edge.)"""
     o = st.opts
     if st.axis.kind == "concurrency":
         return max(o.search_min_requests, math.ceil(o.search_requests_per_slot * x))
@@ -37,7 +46,11 @@ def n_search(st: RunState, x: float, trial: TrialReport | None = None) -> int:
     near = [max(held, key=st.point_load)] if held else []
     if above:
         near.append(min(above, key=st.point_load))
-    if lives := [e2e for p in near if (e2e := p.metrics.e2e_ms.p50)]:
+    lives = [e2e for p in near if (e2e := p.metrics.e2e_ms.p50)]
+    pred = trial.predicted if trial is not None and not points else None
+    if pred is not None and pred.basis in BRACKETED and pred.tpot_ms_p50 and pred.load:
+        lives = [pred.tpot_ms_p50 * pred.tokens_per_s / pred.load]
+    if lives:
         span = min(max(span, 3.0 * max(lives) / 1000.0), 4.0 * o.search_point_s)
     return max(o.search_min_requests, math.ceil(span * x))
 

@@ -43,9 +43,6 @@ from tuner.target import Target
 # README command there (16:46: 12.9 broke, 10.3, 11.0 held, 11.8 broke).
 PREDICTED_ABOVE = 1.06
 PREDICTED_DESCEND = 0.88
-# The predictions a search starts from: those of a build calibrated on the target (a transferred
-# one, 30 % away, starts at the best configuration's capacity instead).
-BRACKETED = ("calibrated", "probe")
 
 
 class Evaluator:
@@ -257,7 +254,7 @@ class Evaluator:
         p = trial.predicted
         return (
             p is not None
-            and p.basis in BRACKETED
+            and p.basis in sizing.BRACKETED
             and p.load is not None
             and start == self.st.axis.floor(p.load * PREDICTED_ABOVE)
         )
@@ -272,7 +269,7 @@ class Evaluator:
         first, the start option, or under the rate model what the probe's load point
         sustained."""
         st = self.st
-        if predicted is not None and predicted.basis in BRACKETED and predicted.load:
+        if predicted is not None and predicted.basis in sizing.BRACKETED and predicted.load:
             return st.axis.floor(predicted.load * PREDICTED_ABOVE)
         if best is not None and (x := st.load_of(best)) is not None:
             return st.axis.floor(x)
@@ -307,7 +304,10 @@ class Evaluator:
         st = self.st
         assert st.measurer is not None
         tdir = st.trial_dir(trial.number)
-        m = st.measurer.measure(server, x, n, st.model_path)
+        # A search point stops sending once its verdict is decided (its requests over a limit
+        # break it whatever the rest would do); a side-by-side repeat runs whole, as its
+        # twin did.
+        m = st.measurer.measure(server, x, n, st.model_path, cut=not beside)
         metrics = m.metrics
         j = st.measurer.judge(m)
         slug = f"{st.axis.slug(x)}-{len(trial.points)}"

@@ -6,8 +6,9 @@ import asyncio
 import importlib.util
 import itertools
 import json
+import math
 import random
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from typing import Any
 
 import orjson
@@ -559,3 +560,49 @@ def test_a_point_grows_until_the_early_stopping_rule_is_met() -> None:
     verdict = judge(summarize(recs, slos), slos, max_error_rate=0.01)
     assert verdict.holds and not verdict.provisional
     assert verdict.checks[0].n_over == 2 and verdict.checks[0].n_needed == 81
+
+
+def _slow_after(k: int, limit_s: float) -> Callable[[list[RequestRecord], float], bool]:
+    """Decided once ``k`` requests had their first token (or still wait) past ``limit_s``."""
+
+    def decided(records: list[RequestRecord], now: float) -> bool:
+        late = 0
+        for r in records:
+            if math.isnan(r.t_first):
+                late += not math.isnan(r.t_send) and now - r.t_sched > limit_s
+            else:
+                late += r.t_first - r.t_sched > limit_s
+        return late >= k
+
+    return decided
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("load", [{"concurrency": 8}, {"rate_rps": 100.0, "seed": 4}])
+def test_a_decided_point_stops_sending_and_keeps_whole_requests(load: dict[str, Any]) -> None:
+    """One request served at a time, 40 ms each: far over a 50 ms TTFT from the third
+    request on. Decided there, the point stops sending; what it sent runs to its end."""
+    n = 120
+    with FakeOpenAIServer(ttft_ms=40, itl_ms=1, max_concurrent=1) as slow:
+        result = run_load(
+            LoadClient(slow.base_url), file_requests(n), decided=_slow_after(3, 0.05), **load
+        )
+        sent = slow.stats.n_requests
+    recs = result.records
+    assert 3 <= len(recs) < n / 2
+    assert all(r.ok for r in recs), [r.error for r in recs]  # whole requests, none cut off
+    assert sent == len(recs)  # the dropped ones never reached the server
+    assert [r.index for r in recs] == list(range(len(recs)))
+
+
+@pytest.mark.timeout(60)
+def test_an_undecided_point_sends_everything() -> None:
+    with FakeOpenAIServer(ttft_ms=1, itl_ms=0) as fast:
+        result = run_load(
+            LoadClient(fast.base_url),
+            file_requests(30),
+            rate_rps=300.0,
+            seed=2,
+            decided=lambda records, now: False,
+        )
+    assert len(result.records) == 30 and all(r.ok for r in result.records)

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 
 from probes.records import RequestRecord
-from probes.sequential import known_over, shortfall
+from probes.sequential import decided, known_over, over_needed, shortfall
 from probes.slo import parse_slos, requests_needed
 
 TTFT = parse_slos(["ttft=2s"])  # p99
@@ -136,3 +137,39 @@ def test_one_token_answers_give_no_time_per_token() -> None:
     for r in recs[1:21]:  # 20 answers of one token: no TPOT
         r.n_out, r.chunk_times, r.t_last = 1, [r.t_first], r.t_first
     assert shortfall(recs, slos, now=1000.0) == requests_needed(99, 1) - 460
+
+
+@pytest.mark.parametrize("n", [40, 100, 200, 505, 581])
+def test_over_needed_puts_the_percentile_over_whatever_the_rest_are(n: int) -> None:
+    k = over_needed(99, n)
+    worst_case = np.array([0.0] * (n - k) + [1.0] * k)  # the rest at no latency at all
+    assert np.percentile(worst_case, 99) > 0.5
+    # and the fewest that do: with one fewer, the percentile's lower neighbour is a sample the
+    # rest chose, which may be under the limit
+    one_fewer = np.sort(np.array([0.0] * (n - k + 1) + [1.0] * (k - 1)))
+    assert one_fewer[math.floor(0.99 * (n - 1))] == 0.0
+    assert over_needed(99, 581) == 7  # the README command's 11.7 req/s point: 36 over
+
+
+def test_a_point_is_decided_once_its_known_overs_break_it_for_all_planned() -> None:
+    planned = 200  # p99 of 200: three over whatever the other 197 are
+    assert over_needed(99, planned) == 3
+    fast = [rec(i) for i in range(20)]
+    two = [*fast, rec(20, ttft=2.5), rec(21, ttft=3.0)]
+    assert not decided(TTFT, planned, two, now=100.0)
+    # a third: finished late, or still waiting once its limit has passed
+    assert decided(TTFT, planned, [*two, rec(22, ttft=2.2)], now=100.0)
+    waiting = rec(22, ttft=None)
+    assert not decided(TTFT, planned, [*two, waiting], now=waiting.t_sched + 1.0)
+    assert decided(TTFT, planned, [*two, waiting], now=waiting.t_sched + 2.5)
+    # more sent than planned (a point that grew): judged over all of them
+    grown = [rec(i) for i in range(200)] + [rec(200, ttft=2.5), rec(201, ttft=3.0)]
+    assert over_needed(99, 10) == 2 and over_needed(99, len(grown)) == 4
+    assert not decided(TTFT, 10, grown, now=100.0)
+
+
+def test_itl_never_decides_a_point_early() -> None:
+    itl = parse_slos(["itl=10ms"])
+    slow = [rec(i, ttft=0.5, e2e=30.0) for i in range(50)]  # every gap about 470 ms
+    assert shortfall(slow, itl, now=100.0) > 0  # over, and counted as gaps
+    assert not decided(itl, 50, slow, now=100.0)

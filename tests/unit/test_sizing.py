@@ -15,7 +15,7 @@ from tests.unit.run_state import run_state
 from tuner import sizing
 from tuner.capacity import LoadAxis
 from tuner.estimate import Samples
-from tuner.report import PointReport, TrialReport
+from tuner.report import PointReport, PredictedReport, TrialReport
 from tuner.state import RunState
 
 BUDGET_S = 780.0
@@ -333,3 +333,27 @@ def test_a_confirmation_try_grows_by_what_the_time_left_holds_and_at_most_its_si
     assert sizing.growth_room(505, 40.0, 4.21) == math.floor(40.0 * 4.21)
     assert sizing.growth_room(505, 1e6, 4.21) == 505
     assert sizing.growth_room(505, -3.0, 4.21) == 0
+
+
+def test_a_first_point_just_above_a_prediction_is_sized_for_the_edge(tmp_path: Path) -> None:
+    """The README command on the Xeon: 161 requests at 10.7 requests/s, just above the probe's
+    prediction, held; 595 there broke. A first point started from a calibrated or probe
+    prediction spans three of the lifetimes predicted at capacity (TPOT p50 x the output per
+    request); one from a transferred prediction (not where the search starts) does not."""
+    st = _state(tmp_path, Clock())
+    t = _trial(0, 40.0, 9.0)
+    t.points = []
+    short = sizing.n_search(st, 10.7, t)
+    assert short == math.ceil(st.opts.search_point_s * 10.7)
+    t.predicted = PredictedReport(
+        basis="probe", build_trials=[], load=10.0, tokens_per_s=640.0, low=520.0, high=780.0,
+        tpot_ms_p50=200.0,
+    )  # fmt: skip
+    life_s = 0.200 * 64  # 12.8 s
+    assert sizing.n_search(st, 10.7, t) == math.ceil(3 * life_s * 10.7)
+    t.predicted.basis = "transferred"
+    assert sizing.n_search(st, 10.7, t) == short
+    # once a point is measured, the measured lifetimes rule
+    t.predicted.basis = "probe"
+    t.points = [_point(10.7, True, e2e_ms=4_000.0)]
+    assert sizing.n_search(st, 10.7, t) == short
