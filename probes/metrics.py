@@ -1,6 +1,6 @@
 """The metric formulas: from raw request records to one load point's summary and SLO verdict.
 
-Definitions (../shared/MEASUREMENT.md; the formula wins over the name):
+Definitions (docs/measurement.md; the formula wins over the name):
 
 - TTFT = t_first - t_sched; E2E = t_last - t_sched; client queueing = t_send - t_sched.
 - TPOT = (E2E - TTFT) / (n_out - 1), per request where n_out > 1.

@@ -1,7 +1,7 @@
 """Per-request raw records: the hot-path data the load client fills in.
 
 All times are seconds on one monotonic clock (``time.perf_counter`` in production), as
-../shared/MEASUREMENT.md defines them:
+docs/measurement.md defines them:
 
 - ``t_sched``: when the request was due (open loop: its place in the arrival schedule;
   closed loop: when its slot freed up); ``t_send``: when it was actually sent;

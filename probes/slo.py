@@ -1,6 +1,6 @@
 """Service-level objectives: parsing `--slo` text and judging measurements against it.
 
-Semantics (../shared/MEASUREMENT.md):
+Semantics (docs/measurement.md):
 
 - ``ttft=200ms`` means p99 of TTFT <= 200 ms; ``ttft@p95=200ms`` overrides the percentile.
 - Latency metrics: ``ttft``, ``tpot``, ``itl``, ``e2e``; units ``ms`` or ``s``.

@@ -130,9 +130,10 @@ def tune_cmd(
         str,
         typer.Option(
             help="score and confirm beside a process burning this share of one core, e.g. 8% "
-            "(costs the server about what a co-located vLLM benchmark client does)",
+            "(costs the server about what a co-located vLLM benchmark client does); auto: 8% "
+            "on a machine of 2 cores where autotune starts the server, else none",
         ),
-    ] = "0%",
+    ] = "auto",
     stages: Annotated[
         str | None,
         typer.Option(help="run only these stages, e.g. batching,quantisation [default: all]"),
@@ -222,7 +223,11 @@ def tune_cmd(
     margin_frac = _percent("--load-margin", load_margin, "15%") / 100.0
     if not 0 <= margin_frac < 1:
         fail(f"--load-margin must be in [0%, 100%), got {load_margin}")
-    neighbour_pct = _percent("--neighbour-cpu", neighbour_cpu, "16%")
+    neighbour_pct = (
+        None
+        if neighbour_cpu.strip().lower() == "auto"
+        else _percent("--neighbour-cpu", neighbour_cpu, "8%")
+    )
     stage_list = None
     if stages is not None:
         stage_list = [s.strip() for s in stages.split(",") if s.strip()]

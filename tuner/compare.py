@@ -1,7 +1,7 @@
 """Comparing two configurations' capacities: when one is clearly beaten, when they must be
 measured again side by side, and the side-by-side measurement itself.
 
-Two estimates (tuner/estimate.py) are told apart by their intervals (../shared/MEASUREMENT.md):
+Two estimates (tuner/estimate.py) are told apart by their intervals (docs/measurement.md):
 
 - **Beaten**: the challenger's optimistic end is below the best's pessimistic end, by more than
   the tie band. Only then is a configuration abandoned before its capacity is found.
@@ -14,7 +14,8 @@ Two estimates (tuner/estimate.py) are told apart by their intervals (../shared/M
 The tie band (default 5 %) stands for what the bootstrap cannot see: it resamples the requests
 of each point, not the run-to-run drift of a shared machine, and a p99 of a few dozen requests
 is close to their maximum, so its resamples vary less than a repeat does. These 2-core machines
-differ by several per cent between repeats of one configuration (../shared/ENVIRONMENT.md), so
+differ by several per cent between repeats of one configuration (fresh starts of the same one
+measured 6 % apart on the Xeon: docs/serving-model.md, search efficiency), so
 two estimates closer than that are not told apart without measuring them again.
 
 Pure logic over ``measure`` callables, tested with scripted ones.

@@ -1,7 +1,7 @@
 """The confirmation: a load that holds every SLO with headroom, shown with the full sample.
 
 Search points are short, so the recommendation is measured again before ``meets_slo`` is set
-(../shared/MEASUREMENT.md):
+(docs/measurement.md):
 
 1. The first load tried is where the configuration's fitted latency reaches ``1 - headroom`` of
    its limit, from all its search points (tuner/estimate.py, at the margin level

@@ -1,6 +1,6 @@
 """Capacity from every load point of one configuration, with its uncertainty.
 
-A configuration's score (../shared/MEASUREMENT.md) is its output tokens/s at the highest load at
+A configuration's score (docs/measurement.md) is its output tokens/s at the highest load at
 which every SLO holds and the error rate is under its limit. The highest single point that held
 is a coin flip at the SLO's edge (a few dozen requests decide a p99), so the score is estimated
 from all of the configuration's points instead:

@@ -35,6 +35,27 @@ STORAGE_URL = re.compile(r"^(postgresql|mysql|sqlite)(\+\w+)?://")
 STUDY_NAME = re.compile(r"[0-9A-Za-z_-]{1,64}")
 
 
+# --neighbour-cpu auto: where autotune starts the server on a machine of at most
+# SMALL_MACHINE_CORES cores, whatever later checks a claim (vLLM's own benchmark client, say)
+# shares those cores with it and slows it; measured on 2-core machines, vLLM's client costs the
+# server about what a process burning 8 % of one core does, and a claim tuned without one broke
+# there (docs/results.md, "A neighbour measured against vLLM's client").
+AUTO_NEIGHBOUR_PCT = 8.0
+SMALL_MACHINE_CORES = 2
+
+
+def auto_neighbour(launches: bool, cores: int) -> tuple[float, str | None]:
+    """The CPU neighbour ``--neighbour-cpu auto`` decides, and the line that says why (None:
+    none)."""
+    if not launches or cores > SMALL_MACHINE_CORES:
+        return 0.0, None
+    return AUTO_NEIGHBOUR_PCT, (
+        f"neighbour: every point is measured beside a process burning {AUTO_NEIGHBOUR_PCT:g} % of "
+        f"one core (a {cores}-core machine: about what vLLM's own benchmark client costs the "
+        "server, so the claim holds when checked with it; --neighbour-cpu 0 turns it off)"
+    )
+
+
 class TuneOptions(BaseModel):
     """Everything a tuning run needs; the CLI and the Python API both build one."""
 
@@ -83,18 +104,18 @@ class TuneOptions(BaseModel):
     # 0.89), those made with 10 % in 9 of 10 (tightness 0.84-0.99): fresh starts of one
     # configuration differ by up to a third in time per token, and the claim must hold on each.
     # The checks' 500 requests are short, too: a load vLLM's client held with 460 prompts broke
-    # with 1,000 (README, "A slow hour on the AMD EPYC"), so a check passed near that
+    # with 1,000 (docs/results.md, "A slow hour on the AMD EPYC"), so a check passed near that
     # capacity says less than it seems. Against vLLM's client with 1,200-prompt points the
-    # fitted capacity lay inside its bracket (README, "The tuner's fit against vLLM's client
-    # with longer points"): the claim's tightness is then 1 - load_margin. Beside an 8 %
+    # fitted capacity lay inside its bracket (docs/results.md, "The tuner's fit against vLLM's
+    # client with longer points"): the claim's tightness is then 1 - load_margin. Beside an 8 %
     # neighbour (as heavy as vLLM's client) a 10 % claim broke 1 of 3 checks: the fit moved
     # against vLLM's 1,200-prompt capacity from <= 0.98 to >= 1.08 between two runs an hour
-    # apart (README, "A neighbour measured against vLLM's client").
+    # apart (docs/results.md, "A neighbour measured against vLLM's client").
     load_margin: float = Field(0.15, ge=0, lt=1)
     # A CPU neighbour during every warm-up and load point (probes/neighbour.py): the share of one
     # core another process on this machine takes, such as a benchmark client (vLLM's costs the
-    # server about what an 8 % ballast does).
-    neighbour_cpu_pct: float = Field(0.0, ge=0, le=100)
+    # server about what an 8 % ballast does). None: decided by the machine (``auto_neighbour``).
+    neighbour_cpu_pct: float | None = Field(0.0, ge=0, le=100)
     draft_model: str | None = None  # a draft model for speculative decoding (path or hub id)
     eagle_model: str | None = None  # an EAGLE head for speculative decoding
     quantized_model: str | None = None  # a pre-quantised checkpoint of the same model

@@ -25,6 +25,7 @@ run, SIGKILL included. Every engine is stopped by its process group.
 
 from __future__ import annotations
 
+import os
 import random
 import re
 import secrets
@@ -47,7 +48,7 @@ from tuner.estimate import constraints
 from tuner.gates import QualityGate
 from tuner.hardware import Hardware, detect_hardware
 from tuner.measure import PointMeasurer
-from tuner.options import TuneOptions
+from tuner.options import TuneOptions, auto_neighbour
 from tuner.recommend import recommend
 from tuner.report import Report
 from tuner.shared import SharedStudy, redact
@@ -258,6 +259,10 @@ class Runner:
         st.model_path, st.space, st.ctx, st.tokenizer = p.model_path, p.space, p.ctx, p.tokenizer
         st.notes += p.notes
         st.client = LoadClient(p.base_url, timeout_s=opts.request_timeout_s)
+        if opts.neighbour_cpu_pct is None:  # --neighbour-cpu auto: decided here, and said
+            opts.neighbour_cpu_pct, why = auto_neighbour(st.launches, len(os.sched_getaffinity(0)))
+            if why:
+                self.say(why)
         st.measurer = self._measurer(st.client)
         labels = "; ".join(opts.slos.labels)
         if not st.launches:
@@ -291,7 +296,7 @@ class Runner:
             series=st.engine.series,
             seeds=st.fresh_seed,
             spent=spent,
-            neighbour_pct=st.opts.neighbour_cpu_pct,
+            neighbour_pct=st.opts.neighbour_cpu_pct or 0.0,
         )
 
 

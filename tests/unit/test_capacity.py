@@ -10,6 +10,7 @@ import pytest
 
 from tuner.capacity import (
     CONCURRENCY,
+    NEAR_DESCEND,
     RATE_STEP,
     LoadAxis,
     PointOutcome,
@@ -390,3 +391,26 @@ def test_a_start_just_above_a_good_prediction_brackets_it_in_two_points(capacity
     assert [p.holds for p in res.points] == [False, True]
     assert res.best is not None and res.best.load <= capacity < res.points[0].load
     assert res.points[0].load <= 1.15 * res.best.load
+
+
+def test_a_held_load_that_breaks_when_measured_again_is_stepped_under_by_a_little() -> None:
+    """The 25-minute README command on the Xeon: 13 req/s held on a short point, 15.8 broke,
+    13 measured again broke (here the step up is the margin's); the capacity lies just under
+    13, so the next load is 0.88 of it, not half."""
+    axis = LoadAxis("rate", minimum=0.05, maximum=200.0)
+    seen: list[float] = []
+
+    def measure(r: float) -> PointOutcome:
+        seen.append(r)
+        if r == 13.0 and seen.count(r) == 1:
+            return PointOutcome(r, True, -0.4, 570.0)  # a short sample's word
+        held = r <= 11.6
+        return PointOutcome(r, held, -0.2 if held else 0.6, 48.0 * min(r, 11.6))
+
+    res = find_capacity(
+        measure, start=13.0, axis=axis, max_points=6, rate_step=1.22,
+        too_short=lambda x: x == 13.0,
+    )  # fmt: skip
+    assert seen[0] == 13.0 and seen[1] > 13.0 and seen[2] == 13.0
+    assert seen[3] == axis.floor(13.0 * NEAR_DESCEND)  # 11.4, not 6.5
+    assert res.best is not None and res.best.load == seen[3]

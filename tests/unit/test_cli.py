@@ -113,3 +113,23 @@ def test_parse_duration(text: str, seconds: float) -> None:
 def test_parse_duration_rejects_malformed(text: str) -> None:
     with pytest.raises(ValueError, match="malformed; forms: 90s, 15m, 1h30m"):
         parse_duration(text)
+
+
+@pytest.mark.parametrize(("flag", "expected"), [([], None), (["--neighbour-cpu", "0"], 0.0)])
+def test_the_neighbour_is_auto_unless_given(
+    flag: list[str], expected: float | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Left out, --neighbour-cpu is decided by the run (None here: tuner/runner.py decides it
+    on the machine and says so); given, it is what was given."""
+    from tuner import api
+
+    seen: list[object] = []
+
+    def tune(opts: object, progress: object) -> None:
+        seen.append(getattr(opts, "neighbour_cpu_pct", "missing"))
+        raise api.UserError("stop here")
+
+    monkeypatch.setattr(api, "tune", tune)
+    result = runner.invoke(app, ["--model", "smollm2-135m", *flag])
+    assert result.exit_code == 2 and "stop here" in result.output
+    assert seen == [expected]

@@ -62,3 +62,16 @@ def test_a_local_model_folder_is_made_absolute_and_a_hub_id_kept(tmp_path: Path)
 def test_good_values_pass() -> None:
     o = _opts(engine="endpoint", endpoint="http://127.0.0.1:8000", model="", stages=["batching"])
     assert o.endpoint == "http://127.0.0.1:8000" and o.stages == ["batching"]
+
+
+def test_the_neighbour_auto_decides_is_8_percent_on_a_2_core_machine_it_starts_a_server_on() -> (
+    None
+):
+    from tuner.options import AUTO_NEIGHBOUR_PCT, auto_neighbour
+
+    pct, why = auto_neighbour(launches=True, cores=2)
+    assert pct == AUTO_NEIGHBOUR_PCT == 8.0
+    assert why is not None and "8 %" in why and "--neighbour-cpu 0" in why
+    assert auto_neighbour(launches=True, cores=1)[0] == 8.0
+    assert auto_neighbour(launches=True, cores=16) == (0.0, None)  # the client's share is small
+    assert auto_neighbour(launches=False, cores=2) == (0.0, None)  # an endpoint: load from afar

@@ -2,8 +2,8 @@
 
 The server is started as ``transformers serve MODEL --host 127.0.0.1 --port P`` through the
 console script installed beside this Python (the model is a positional argument, preloaded so the
-first request does not load it). What it does not have, measured on transformers 5.19
-(../shared/ENVIRONMENT.md): no ``/metrics``; unknown request fields are refused with HTTP 422
+first request does not load it). What it does not have, measured on transformers 5.19: no
+``/metrics``; unknown request fields are refused with HTTP 422
 (so no ``ignore_eos``: each request's real output length is recorded from its usage); no prompt
 log-probabilities (the quality gate falls back to greedy-token agreement). Continuous batching is
 off by default: requests are served one after another (static batching, the baseline).

