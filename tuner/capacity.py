@@ -177,7 +177,7 @@ def find_capacity(
     max_points: int = 7,
     saturation_gain: float = 1.03,
     abandon: Callable[[list[PointOutcome]], str | None] | None = None,
-    should_stop: Callable[[], str | None] = lambda: None,
+    should_stop: Callable[[float], str | None] = lambda load: None,
     too_short: Callable[[float], bool] = lambda load: False,
     descend: float = 0.5,
 ) -> CapacityResult:
@@ -193,7 +193,8 @@ def find_capacity(
         max_points: the most load points to measure.
         saturation_gain: stop climbing when throughput grew by less than this factor.
         abandon: after every point, a reason to give up on this configuration, or None.
-        should_stop: checked before every point after the first (the run's time budget); a
+        should_stop: checked with the next load before every point after the first (the
+            run's time budget); a
             reason stops the search with what it has, recorded in ``abandoned`` when nothing
             held yet.
         too_short: whether what was measured at a load that held is too short a sample to
@@ -209,7 +210,7 @@ def find_capacity(
     again: set[float] = set()  # loads measured once more (``too_short``)
 
     def run(x: float) -> PointOutcome:
-        if res.points and (why := should_stop()):
+        if res.points and (why := should_stop(x)):
             raise _Stop(why)
         q = measure(x)
         by_load[x] = q

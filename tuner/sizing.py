@@ -289,11 +289,21 @@ def open_stage(st: RunState, n_trials: int, later_trials: int) -> None:
     st.budget.open_stage(share, reserve_s=confirm_estimate_s(st))
 
 
-def points_time_left(st: RunState, trial: TrialReport | None = None) -> str | None:
+def points_time_left(
+    st: RunState, trial: TrialReport | None = None, x: float | None = None
+) -> str | None:
     """Stop a capacity search early when the budget must keep time for the confirmation: the
-    next point (about as long as the trial's last one) must fit before it."""
+    next point (at load ``x``, where given: its arrivals as ``n_search`` sizes them and its
+    last requests' lifetime; at least as long as the trial's last point) must fit before it.
+    (The README command on the Xeon, 2026-12-05 21:38: a point costed as the last one, 35 s,
+    fitted with a second to spare; measured again with more requests it took 59 s, and the
+    trial that then led had time for 108 of the 505 requests its confirmation needed.)"""
     last_s = trial.points[-1].metrics.duration_s if trial is not None and trial.points else 0.0
-    if not st.budget.fits(last_s, _reserve_s(st, trial)):
+    need_s = last_s
+    if x is not None and trial is not None and trial.points and st.axis.kind == "rate":
+        life_s = (trial.points[-1].metrics.e2e_ms.p50 or 0.0) / 1000.0
+        need_s = max(last_s, n_search(st, x, trial) / max(x, 1e-3) + life_s)
+    if not st.budget.fits(need_s, _reserve_s(st, trial)):
         return "time budget: stopped measuring to keep time for the confirmation"
     return None
 

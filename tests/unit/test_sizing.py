@@ -357,3 +357,23 @@ def test_a_first_point_just_above_a_prediction_is_sized_for_the_edge(tmp_path: P
     t.predicted.basis = "probe"
     t.points = [_point(10.7, True, e2e_ms=4_000.0)]
     assert sizing.n_search(st, 10.7, t) == short
+
+
+def test_the_next_point_is_costed_at_its_own_size_not_the_last_ones(tmp_path: Path) -> None:
+    """The README command on the Xeon (21:38): a point costed as the last one (35 s) fitted;
+    measured again with more requests it took 59 s, and the trial that then led had time for
+    108 of the 505 requests its confirmation needed. The next point is costed at its own size."""
+    clock = Clock()
+    st = _state(tmp_path, clock)
+    st.baseline = _trial(0, 40.0, 6.0)
+    t = _trial(1, 40.0, 6.0)
+    t.points = [_point(6.0, True, e2e_ms=8_000.0), _point(8.0, False, e2e_ms=12_000.0)]
+    reserve = sizing._reserve_s(st, t)
+    last_s = t.points[-1].metrics.duration_s  # 20 s
+    planned_s = sizing.n_search(st, 6.0, t) / 6.0 + 12.0  # 36 s of arrivals, and a lifetime
+    assert planned_s > last_s + 20.0
+    clock.t = BUDGET_S - reserve - last_s - 5.0  # room for a point as long as the last one
+    assert sizing.points_time_left(st, t) is None  # costed as the last one: it would go on
+    assert "time budget" in (sizing.points_time_left(st, t, 6.0) or "")
+    clock.t = BUDGET_S - reserve - planned_s - 5.0
+    assert sizing.points_time_left(st, t, 6.0) is None
