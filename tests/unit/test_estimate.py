@@ -143,8 +143,12 @@ def test_a_small_sample_leaves_the_optimistic_end_open() -> None:
 
 def test_the_estimate_is_reproducible_for_a_seed() -> None:
     rng = np.random.default_rng(1)
-    pts = [noisy(c, 80, rng) for c in (6, 10, 14, 18)]
-    assert estimate(pts, CONS, seed=3) == estimate(pts, CONS, seed=3)
+    pts = [noisy(c, 400, rng) for c in (6, 10, 14, 18)]  # an interval closed at both ends
+    three = estimate(pts, CONS, seed=3)
+    assert three is not None and three == estimate(pts, CONS, seed=3)
+    four = estimate(pts, CONS, seed=4)  # another seed resamples otherwise: the seed is used
+    assert four is not None and four.tokens_per_s == three.tokens_per_s
+    assert (four.low, four.high) != (three.low, three.high)
 
 
 def test_no_points_no_estimate() -> None:

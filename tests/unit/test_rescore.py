@@ -62,9 +62,9 @@ def test_a_stricter_slo_and_another_percentile(run_dir: Path) -> None:
     for n, score in _scored(again).items():
         before = _scored(report)[n]
         assert score is None or (before is not None and score <= before * 1.001)
-    if x.best_trial is not None:
-        assert x.confirm_command is not None and x.confirm_command[:2] == ["autotune", "probe"]
-        assert "ttft@p90=40ms" in x.confirm_command
+    assert x.best_trial is not None  # the fake engine meets 40 ms at its lower loads
+    assert x.confirm_command is not None and x.confirm_command[:2] == ["autotune", "probe"]
+    assert "ttft@p90=40ms" in x.confirm_command
     assert all("cannot" not in u for u in x.unanswerable)
 
 

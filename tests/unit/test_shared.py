@@ -8,6 +8,7 @@ once, the trial budget's slots, a dead worker's trial queued again, and no passw
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import subprocess
@@ -40,23 +41,29 @@ def test_redact_hides_a_password_only() -> None:
 
 
 def test_work_done_once_is_computed_by_one_worker_and_given_to_the_others(tmp_path: Path) -> None:
+    """Worker b asks for the work while a computes it: b waits (it says so) and gets a's
+    result; the work runs once."""
     url = _sqlite(tmp_path)
-    a, b = SharedStudy(url, "s", poll_s=0.05), SharedStudy(url, "s", poll_s=0.05)
+    b_waits = threading.Event()
+    a = SharedStudy(url, "s", poll_s=0.05)
+    b = SharedStudy(url, "s", poll_s=0.05, say=lambda m: b_waits.set() if "waiting" in m else None)
     calls: list[str] = []
+    got: dict[str, object] = {}
+    t = threading.Thread(target=lambda: got.update(b=b.once("base", lambda: {"value": 0}, "x")))
 
     def compute() -> dict[str, object]:
         calls.append("a")
-        time.sleep(0.3)
+        t.start()  # b asks while a computes
+        assert b_waits.wait(timeout=30), "worker b never waited for a's work"
         return {"value": 42, "nan": float("nan")}
 
-    got: dict[str, object] = {}
-    t = threading.Thread(target=lambda: got.update(b=b.once("base", lambda: {"value": 0}, "x")))
     first = a.once("base", compute, "x")
-    t.start()
     t.join(timeout=30)
     assert calls == ["a"] and first[1] is True
-    assert got["b"][0]["value"] == 42 and got["b"][1] is False  # type: ignore[index]
-    assert b.result("base") == first[0] | {"nan": b.result("base")["nan"]}  # type: ignore[index]
+    b_doc, b_computed = got["b"]  # type: ignore[misc]
+    assert b_computed is False and b_doc["value"] == 42
+    stored = b.result("base")
+    assert stored is not None and stored["value"] == 42 and math.isnan(stored["nan"])
 
 
 def test_a_stages_slots_are_its_trial_budget_across_workers(tmp_path: Path) -> None:
