@@ -165,8 +165,14 @@ def confirm_try_s(st: RunState, best: TrialReport | None = None) -> float:
 
 
 def _try_s(st: RunState, x: float, rps: float, e2e_ms: float | None) -> float:
+    return _point_s(st, n_confirm_fit(st, x, max(rps, 1e-3)), x, rps, e2e_ms)
+
+
+def _point_s(st: RunState, n: int, x: float, rps: float, e2e_ms: float | None) -> float:
+    """About how long ``n`` requests at load ``x`` take: their arrivals (or, closed loop, the
+    requests at the measured ``rps``), then the last ones' lifetime."""
     per_s = x if st.axis.kind == "rate" else max(rps, 1e-3)
-    return n_confirm_fit(st, x, max(rps, 1e-3)) / max(per_s, 1e-3) + (e2e_ms or 0.0) / 1000.0
+    return n / max(per_s, 1e-3) + (e2e_ms or 0.0) / 1000.0
 
 
 def confirm_estimate_s(
@@ -301,8 +307,10 @@ def points_time_left(
     last_s = trial.points[-1].metrics.duration_s if trial is not None and trial.points else 0.0
     need_s = last_s
     if x is not None and trial is not None and trial.points and st.axis.kind == "rate":
-        life_s = (trial.points[-1].metrics.e2e_ms.p50 or 0.0) / 1000.0
-        need_s = max(last_s, n_search(st, x, trial) / max(x, 1e-3) + life_s)
+        m = trial.points[-1].metrics
+        need_s = max(
+            last_s, _point_s(st, n_search(st, x, trial), x, m.requests_per_s, m.e2e_ms.p50)
+        )
     if not st.budget.fits(need_s, _reserve_s(st, trial)):
         return "time budget: stopped measuring to keep time for the confirmation"
     return None

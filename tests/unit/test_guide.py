@@ -23,7 +23,7 @@ from tuner.servemodel.load import cycled, poisson
 from tuner.servemodel.predict import Prediction
 from tuner.servemodel.scheduler import Knobs, simulate
 from tuner.servemodel.steptime import StepModel
-from tuner.space import load_space, space_path
+from tuner.space import Stage, load_space, space_path
 from tuner.state import RunState
 
 TRUE = StepModel(base_s=0.02, per_prefill_token_s=0.0002, per_decode_s=0.001, overhead_s=0.03)
@@ -101,7 +101,8 @@ def test_the_baseline_calibrates_its_build_and_the_model_predicts_it(
     assert other.prediction.spread_model > c.prediction.spread_model
 
 
-def test_the_guide_screens_the_scheduler_knobs_and_proposes_what_could_gain(tmp_path: Path) -> None:
+def _measured_as_predicted(tmp_path: Path) -> tuple[RunState, TrialReport, Guide, Candidate, Stage]:
+    """A baseline measured as the guide calibrated on it predicts, and the batching stage."""
     st = _state(tmp_path)
     base = _baseline(st, 600.0)
     g = Guide(st, screen_trials=24)
@@ -110,6 +111,11 @@ def test_the_guide_screens_the_scheduler_knobs_and_proposes_what_could_gain(tmp_
     base.score_tokens_per_s = own.prediction.tokens_per_s  # measured as predicted
     stage = st.space.stage("batching")  # type: ignore[union-attr]
     assert stage is not None
+    return st, base, g, own, stage
+
+
+def test_the_guide_screens_the_scheduler_knobs_and_proposes_what_could_gain(tmp_path: Path) -> None:
+    st, base, g, own, stage = _measured_as_predicted(tmp_path)
     c = g.propose(stage, {}, {config_key({})})
     assert c is not None
     assert g.screened >= 12  # distinct settings (the sampler repeats some)
@@ -122,14 +128,7 @@ def test_the_guide_screens_the_scheduler_knobs_and_proposes_what_could_gain(tmp_
 
 
 def test_a_candidate_build_is_measured_first_at_the_best_simulated_setting(tmp_path: Path) -> None:
-    st = _state(tmp_path)
-    base = _baseline(st, 600.0)
-    g = Guide(st, screen_trials=24)
-    own = g.predict({})
-    assert own is not None
-    base.score_tokens_per_s = own.prediction.tokens_per_s
-    stage = st.space.stage("batching")  # type: ignore[union-attr]
-    assert stage is not None
+    _, _, g, _, stage = _measured_as_predicted(tmp_path)
     sim = [k for k in stage.knobs if k.sim and not k.sim_build]
     (top, *_) = g._screen_build(stage, {}, {}, sim)
     c = g.propose(stage, {}, {config_key({})})
