@@ -94,28 +94,54 @@ class Calibration:
     fits: dict[str, BuildFit] = field(default_factory=dict)
     stamps: dict[str, tuple] = field(default_factory=dict)
 
-    def update(self, trials: Sequence[TrialReport]) -> dict[str, BuildFit]:
-        """Every build with enough records among ``trials`` (and the probe's), fitted."""
+    def _groups(self, trials: Sequence[TrialReport]) -> dict[str, list[TrialReport]]:
+        """The measured ``trials`` by build (the probe's build present, if only by it)."""
         groups: dict[str, list[TrialReport]] = {}
         for t in trials:
             if t.points and t.status in ("ok", "infeasible", "abandoned"):
                 groups.setdefault(build_key(t.params, self.space), []).append(t)
-        probe_key = build_key(self.probe.params, self.space) if self.probe else None
-        if probe_key is not None:
-            groups.setdefault(probe_key, [])
-        for key, members in groups.items():
-            extra = self.probe.points if self.probe is not None and key == probe_key else []
-            stamp = (tuple((t.number, len(t.points)) for t in members), len(extra))
+        if self.probe is not None:
+            groups.setdefault(build_key(self.probe.params, self.space), [])
+        return groups
+
+    def _probe_of(self, key: str) -> list[list[RequestRecord]]:
+        """The probe's points where ``key`` is the build it ran on."""
+        if self.probe is None or key != build_key(self.probe.params, self.space):
+            return []
+        return self.probe.points
+
+    def _points(self, key: str, members: Sequence[TrialReport]) -> list[list[RequestRecord]]:
+        """The records of every point of ``members``, and the probe's where it is their build."""
+        extra = self._probe_of(key)
+        return extra + [self.read(t, i) for t in members for i in range(len(t.points))]
+
+    def _fit(self, points: list[list[RequestRecord]]) -> StepModel | None:
+        if sum(sum(r.ok for r in p) for p in points) < MIN_CALIBRATION_REQUESTS:
+            return None
+        try:
+            return calibrate(points)
+        except FitError:
+            return None
+
+    def refit_with(self, trial: TrialReport, trials: Sequence[TrialReport]) -> StepModel | None:
+        """The step model of ``trial``'s build fitted on its points so far (a trial being
+        measured) beside those of the build's measured ``trials`` and the probe's; kept
+        nowhere (None: too few records)."""
+        key = build_key(trial.params, self.space)
+        members = [t for t in self._groups(trials).get(key, []) if t.number != trial.number]
+        return self._fit(self._points(key, [*members, trial]))
+
+    def update(self, trials: Sequence[TrialReport]) -> dict[str, BuildFit]:
+        """Every build with enough records among ``trials`` (and the probe's), fitted."""
+        for key, members in self._groups(trials).items():
+            n_probe = len(self._probe_of(key))
+            stamp = (tuple((t.number, len(t.points)) for t in members), n_probe)
             if self.stamps.get(key) == stamp:
                 continue
-            points = extra + [self.read(t, i) for t in members for i in range(len(t.points))]
+            points = self._points(key, members)
+            if (step := self._fit(points)) is None:
+                continue
             n = sum(sum(r.ok for r in p) for p in points)
-            if n < MIN_CALIBRATION_REQUESTS:
-                continue
-            try:
-                step = calibrate(points)
-            except FitError:
-                continue
             loads = [x for t in members if t.status == "ok" and (x := self.load_of(t))]
             params = members[0].params if members else (self.probe.params if self.probe else {})
             self.fits[key] = BuildFit(
@@ -124,7 +150,7 @@ class Calibration:
                 [t.number for t in members],
                 n,
                 max(loads, default=None),
-                probe=bool(extra),
+                probe=n_probe > 0,
             )
             self.stamps[key] = stamp
         return self.fits

@@ -34,6 +34,7 @@ from scipy.stats import norm
 from probes.drift import HORIZON_S
 from probes.records import RequestRecord
 from tuner.calibration import BuildFit, Calibration, build_key, probe_points
+from tuner.calibration import lengths_of as calibration_lengths
 from tuner.knob import Knob
 from tuner.model_errors import model_errors
 from tuner.report import PredictedReport, TrialReport
@@ -312,6 +313,35 @@ class Guide:
 
     def _refused(self, carried: dict[str, Any], params: dict[str, Any]) -> bool:
         return self.space.broken_rule({**carried, **params}, self.st.ctx) is not None
+
+    # ------------------------------------------------------------ within a trial
+    def aim(self, trial: TrialReport) -> float | None:
+        """The capacity (a load) the model predicts for ``trial``, being measured, refitted on
+        its build's points with the trial's own so far (None: too few records, or no
+        capacity): where its capacity search goes next (tuner/capacity.py ``aim``). Every
+        measurement recalibrates its build, within the trial too."""
+        if not trial.points:
+            return None
+        pairs = calibration_lengths(self._records(trial, 0)) or self.lengths()
+        step = self.calibration.refit_with(trial, self.st.measured())
+        if step is None or not pairs:
+            return None
+        try:
+            p = predict(
+                step,
+                sim_knobs(trial.params, self.space, self._kv_bytes(trial.params)),
+                self._draw(pairs),
+                self.st.opts.slos,
+                self.st.opts.max_error_rate,
+                self.st.axis.kind,
+                mean_lengths=mean_of(pairs),
+                seed=self.st.opts.seed,
+                resamples=0,
+                start=max(self.st.point_load(q) for q in trial.points),
+            )
+        except (SimulationError, ValueError):
+            return None
+        return p.load
 
     # ------------------------------------------------------------ the published error
     def report(self, c: Candidate) -> PredictedReport:

@@ -56,6 +56,17 @@ class GuidedStage:
         )
         return p
 
+    def aim(self, trial: TrialReport) -> float | None:
+        """The capacity the model predicts for ``trial`` from its points so far (None: none,
+        or the model was set aside)."""
+        if self.off is not None:
+            return None
+        try:
+            return self.guide.aim(trial)
+        except Exception as exc:  # as in before()
+            self._failed(exc)
+            return None
+
     def after(self, t: TrialReport) -> None:
         if self.off is not None:
             return

@@ -89,6 +89,7 @@ def search(st: RunState, ev: Evaluator) -> None:
     )
     if guide is not None:
         ev.predict_first = guide.before
+        ev.aim = guide.aim
     if shared is None:
         st.baseline = ev.evaluate(0, "baseline", {})
         if guide is not None:

@@ -55,6 +55,9 @@ class Evaluator:
         # The serving model's prediction for the baseline, made once the probe's sweeps have
         # calibrated it (tuner/guided_stage.py ``before``), published beside its measurement.
         self.predict_first: Callable[[dict[str, Any], int], PredictedReport | None] | None = None
+        # The capacity the serving model predicts for a trial from its points so far, where its
+        # capacity search goes next (tuner/capacity.py ``aim``).
+        self.aim: Callable[[TrialReport], float | None] | None = None
 
     # ------------------------------------------------------------ a whole trial
     def evaluate(
@@ -200,6 +203,7 @@ class Evaluator:
             # A start just above a calibrated prediction that fails failed by a little (the
             # model's capacity error here was 4-16 %): step down by that, not by half.
             descend=PREDICTED_DESCEND if self._starts_at_prediction(trial, start) else 0.5,
+            aim=partial(self._aim, trial, label) if self.aim is not None else None,
         )
         self._score(trial, cap.abandoned)
         if (
@@ -238,6 +242,18 @@ class Evaluator:
             st.trial_confirmed = recommend.confirm_on(
                 st, self, server, trial, st.out / "confirmation", "confirmation"
             )
+
+    def _aim(self, trial: TrialReport, label: str) -> float | None:
+        """The serving model's capacity for ``trial`` from its points so far, said."""
+        assert self.aim is not None
+        x = self.aim(trial)
+        if x is not None:
+            shown = self.st.axis.label(self.st.axis.quantize(x))
+            self.st.say(
+                f"{label}: the model, refitted on its {len(trial.points)} point(s), "
+                f"puts its capacity at {shown}"
+            )
+        return x
 
     def _no_reference(self, best: TrialReport | None) -> bool:
         """Under the rate model, nothing to start a search from: no best configuration, no

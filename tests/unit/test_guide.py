@@ -13,6 +13,7 @@ from probes.metrics import Dist, LoadMetrics, Verdict, summarize
 from probes.slo import parse_slos
 from tests.unit.probe_records import DECODE_REQUESTS, LENGTHS, diagnosis_with, write_probe_records
 from tests.unit.run_state import run_state
+from tuner.calibration import BuildFit
 from tuner.guide import MIN_GAIN, Candidate, Guide, expected_gain
 from tuner.measure import write_records
 from tuner.model_errors import model_errors
@@ -289,3 +290,40 @@ def test_a_measured_trial_of_the_probed_build_calibrates_on_both(tmp_path: Path)
     assert fit.requests == (3 * 3 + DECODE_REQUESTS) + 3 * 300
     c = Guide(st).predict({})
     assert c is not None and c.basis == "calibrated" and c.build_trials == [0]
+
+
+def test_a_trial_being_measured_is_aimed_by_its_own_points(tmp_path: Path) -> None:
+    """A build twice as fast as the baseline's, measured at one light point: the model
+    refitted on that point puts its capacity near where its own step times do, not where the
+    baseline's build (the transferred prediction) does."""
+    st = _state(tmp_path)
+    _baseline(st, 600.0)
+    g = Guide(st)
+    fast = StepModel(base_s=0.01, per_prefill_token_s=0.0001, per_decode_s=0.0005, overhead_s=0.015)
+    params = {"cpu_binding": "all_cores"}
+    recs = simulate(poisson(9.0, 300, cycled([(128, 64)]), seed=7), Knobs(128, 2048), fast)
+    f = st.out / "trials" / "001" / "r9.jsonl"
+    f.parent.mkdir(parents=True, exist_ok=True)
+    write_records(f, recs)
+    v = Verdict(holds=True, provisional=True, worst_margin=-0.5, checks=[])
+    point = PointReport(
+        load={"rate_rps": 9.0}, metrics=_metrics(recs), verdict=v, records_file=str(f)
+    )
+    trial = TrialReport(
+        number=1, stage="batching", params=params, args=[], env={}, launch_command=[],
+        status="failed", points=[point],
+    )  # fmt: skip
+    transferred = g.predict(params)
+    assert transferred is not None and transferred.basis == "transferred"
+    assert transferred.prediction.load is not None
+    kept = dict(g.calibration.fits)
+    aimed = g.aim(trial)
+    assert aimed is not None
+    assert g.calibration.fits == kept  # the trial's own fit is kept nowhere
+    # the truth: the fast build's own step model, at the same knobs
+    own = g._predict(params, BuildFit({}, fast, [1], 300), [(128, 64)], resamples=0)
+    assert own is not None and own.prediction.load is not None
+    assert aimed == pytest.approx(own.prediction.load, rel=0.15)
+    assert aimed > 1.3 * transferred.prediction.load
+    # no points yet: nothing to aim with
+    assert g.aim(trial.model_copy(update={"points": []})) is None
