@@ -50,8 +50,8 @@ from probes.metrics import summarize  # noqa: E402
 from probes.neighbour import Neighbour  # noqa: E402
 from probes.workload import SyntheticWorkload, prepare_requests  # noqa: E402
 from tuner.engines.base import LaunchSpec  # noqa: E402
-from tuner.probe_run import _tokenizer  # noqa: E402
-from tuner.report import write_atomic  # noqa: E402
+from tuner.report.schema import write_atomic  # noqa: E402
+from tuner.runs.probe_run import _tokenizer  # noqa: E402
 
 Result = dict[str, Any]
 

@@ -48,7 +48,7 @@ from probes.client import LoadClient, run_load  # noqa: E402
 from probes.metrics import summarize  # noqa: E402
 from probes.workload import FileItem, FileWorkload, prepare_requests  # noqa: E402
 from tuner.engines.base import EngineStartError, LaunchSpec, ServerProcess, free_port  # noqa: E402
-from tuner.report import write_atomic  # noqa: E402
+from tuner.report.schema import write_atomic  # noqa: E402
 
 FAKE = ROOT / "tests" / "fakes" / "openai_server.py"
 WORDS = "the quick brown fox jumps over the lazy dog while the cat sleeps in the warm sun"
@@ -154,7 +154,7 @@ def main() -> int:
     a = p.parse_args()
     concurrencies = [int(c) for c in a.concurrencies.split(",") if c.strip()]
     if not a.tokenizer:
-        from tuner.models import ModelError, resolve_model
+        from tuner.engines.models import ModelError, resolve_model
 
         try:
             a.tokenizer = resolve_model("smollm2-135m").path

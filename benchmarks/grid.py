@@ -6,7 +6,7 @@ binding, compilation, the prefill chunk size, the batch limit and streaming gran
 CPU without bf16 instructions each but the baseline in ``dtype=float32``), or a list of your
 own with ``--grid``. Each launch command is built exactly as the tuner builds a
 trial's: the space's common settings, then its baseline, with the rendered knobs overriding the
-baseline's flags and environment (``tuner_spec``, from tuner.space and the engine's
+baseline's flags and environment (``tuner_spec``, from tuner.spaces.space and the engine's
 ``launch_spec``). Knobs a config does not name stay at the baseline (vLLM's defaults with a
 4 GiB KV cache); ``{}`` is the tuner's baseline itself.
 
@@ -63,11 +63,11 @@ from sweep import (  # noqa: E402
 from probes.slo import SLOError, parse_slos  # noqa: E402
 from tuner.engines import get_engine  # noqa: E402
 from tuner.engines.base import Engine, LaunchSpec, free_port  # noqa: E402
-from tuner.hardware import detect_hardware, template_context  # noqa: E402
-from tuner.launch import launch_settings  # noqa: E402  (the tuner's own launch builder)
-from tuner.models import ModelError, resolve_model  # noqa: E402
-from tuner.report import write_atomic  # noqa: E402
-from tuner.space import SearchSpace, SpaceError, load_space, space_path  # noqa: E402
+from tuner.engines.hardware import detect_hardware, template_context  # noqa: E402
+from tuner.engines.models import ModelError, resolve_model  # noqa: E402
+from tuner.report.schema import write_atomic  # noqa: E402
+from tuner.spaces.launch import launch_settings  # noqa: E402  (the tuner's own launch builder)
+from tuner.spaces.space import SearchSpace, SpaceError, load_space, space_path  # noqa: E402
 
 Result = dict[str, Any]
 
@@ -98,7 +98,7 @@ GRID: list[Result] = [
 def tuner_spec(
     space: SearchSpace, ctx: Result, engine: Engine, model_path: str, params: Result
 ) -> LaunchSpec:
-    """The launch command the tuner builds for a trial with ``params`` (tuner/launch.py, the
+    """The launch command the tuner builds for a trial with ``params`` (tuner/spaces/launch.py, the
     builder tuning and ``autotune probe`` use): common + baseline settings, the rendered knobs
     overriding the baseline's.
 

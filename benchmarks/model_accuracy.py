@@ -52,18 +52,18 @@ from probes.records import RequestRecord  # noqa: E402
 from probes.slo import SLOSet, parse_slos  # noqa: E402
 from probes.workload import SyntheticWorkload, parse_workload, prepare_requests  # noqa: E402
 from tuner.engines.base import EngineStartError  # noqa: E402
-from tuner.estimate import Samples, constraints, estimate  # noqa: E402
-from tuner.hardware import detect_hardware  # noqa: E402
-from tuner.measure import judge_point, score_window  # noqa: E402
-from tuner.models import ModelError, load_tokenizer  # noqa: E402
-from tuner.probe_run import ProbeError, _launch_spec, _server, parse_params  # noqa: E402
+from tuner.engines.hardware import detect_hardware  # noqa: E402
+from tuner.engines.models import ModelError, load_tokenizer  # noqa: E402
+from tuner.runs.probe_run import ProbeError, _launch_spec, _server, parse_params  # noqa: E402
+from tuner.scoring.estimate import Samples, constraints, estimate  # noqa: E402
+from tuner.scoring.judge import judge_point, score_window  # noqa: E402
 from tuner.servemodel.calibrate import calibrate  # noqa: E402
 from tuner.servemodel.configs import kv_bytes_per_token, sim_knobs  # noqa: E402
 from tuner.servemodel.predict import Simulator, predict  # noqa: E402
 from tuner.servemodel.scheduler import Knobs  # noqa: E402
 from tuner.servemodel.steptime import StepModel  # noqa: E402
-from tuner.space import load_space, space_path  # noqa: E402
-from tuner.store import write_atomic  # noqa: E402
+from tuner.spaces.space import load_space, space_path  # noqa: E402
+from tuner.storage.store import write_atomic  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 MIB = 1024**2

@@ -46,10 +46,10 @@ from probes.client import LoadClient, run_load  # noqa: E402
 from probes.metrics import summarize  # noqa: E402
 from probes.workload import SyntheticWorkload, prepare_requests  # noqa: E402
 from tuner.engines.base import EngineStartError  # noqa: E402
-from tuner.hardware import detect_hardware  # noqa: E402
-from tuner.models import ModelError  # noqa: E402
-from tuner.probe_run import ProbeError, _launch_spec, _server, parse_params  # noqa: E402
-from tuner.report import write_atomic  # noqa: E402
+from tuner.engines.hardware import detect_hardware  # noqa: E402
+from tuner.engines.models import ModelError  # noqa: E402
+from tuner.report.schema import write_atomic  # noqa: E402
+from tuner.runs.probe_run import ProbeError, _launch_spec, _server, parse_params  # noqa: E402
 
 CLIENT = ROOT / "benchmarks" / "vllm_client.py"
 METRICS = ("ttft_ms", "tpot_ms", "tokens_per_s")  # p50 TTFT, p50 TPOT, output tokens/s

@@ -17,7 +17,7 @@ random search, against the best of a measured grid.
    capacity, and its records). Every method starts from the same configuration and gets
    ``--starts`` starts in all; the replay runs every method from every configuration of the
    grid as the first, with every seed.
-   - **guided**: tuner/guide.py's rule. Every configuration not measured yet is predicted by
+   - **guided**: tuner/search/guide.py's rule. Every configuration not measured yet is predicted by
      the serving model calibrated on the records of the picks so far (tuner/servemodel/), and
      the one with the highest expected gain over the best measured (``guide.expected_gain``,
      the spread from the error of the predictions measured so far) is measured next.
@@ -66,15 +66,15 @@ from model_accuracy import (  # noqa: E402
 
 from probes.records import RequestRecord  # noqa: E402
 from tuner.engines.base import EngineStartError  # noqa: E402
-from tuner.guide import SCREEN_HORIZON_S, SCREEN_RESOLUTION, Candidate, expected_gain  # noqa: E402
-from tuner.models import ModelError  # noqa: E402
-from tuner.probe_run import ProbeError, parse_params  # noqa: E402
+from tuner.engines.models import ModelError  # noqa: E402
+from tuner.runs.probe_run import ProbeError, parse_params  # noqa: E402
+from tuner.search.guide import SCREEN_HORIZON_S, SCREEN_RESOLUTION, Candidate, expected_gain  # noqa: E402
 from tuner.servemodel.calibrate import calibrate  # noqa: E402
 from tuner.servemodel.predict import predict  # noqa: E402
 from tuner.servemodel.scheduler import SimulationError  # noqa: E402
 from tuner.servemodel.spreads import spread_for  # noqa: E402
 from tuner.servemodel.steptime import FitError, StepModel  # noqa: E402
-from tuner.store import write_atomic  # noqa: E402
+from tuner.storage.store import write_atomic  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 SEQS = (16, 32, 64, 256)
@@ -164,7 +164,7 @@ class Grid:
 
 
 def guided(g: Grid, first: tuple[int, int], starts: int, seed: int) -> list[tuple[int, int]]:
-    """tuner/guide.py's rule on the grid (see the module docstring)."""
+    """tuner/search/guide.py's rule on the grid (see the module docstring)."""
     picked = [first]
     errors: list[float] = []
     b = g.b

@@ -55,7 +55,7 @@ from sweep import (  # noqa: E402
 from tuned_vs_default import claim_check  # noqa: E402
 
 from tuner.engines.base import LaunchSpec  # noqa: E402
-from tuner.report import write_atomic  # noqa: E402
+from tuner.report.schema import write_atomic  # noqa: E402
 
 Result = dict[str, Any]
 

@@ -80,7 +80,7 @@ from sweep import (  # noqa: E402
 )
 
 from tuner.engines.base import LaunchSpec  # noqa: E402
-from tuner.report import write_atomic  # noqa: E402
+from tuner.report.schema import write_atomic  # noqa: E402
 
 Result = dict[str, Any]
 

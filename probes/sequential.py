@@ -8,7 +8,7 @@ command's confirmation on a slow AMD EPYC: 505 requests at 4.21 req/s, p99 TTFT 
 unused). MLPerf runs until the rule is met; so does a point given room to grow: when its
 arrivals (or, closed loop, its requests) run out, ``shortfall`` counts the samples known to be
 over each latency SLO's limit so far and says how many more requests the rule asks for; the
-client sends that many more at the same load, continuing the same process (tuner/measure.py,
+client sends that many more at the same load, continuing the same process (tuner/run/measure.py,
 probes/client.py), and the point is judged on all of them as usual. Only a point sized for a
 verdict with none over grows: one shorter than that on purpose stays as it was.
 

@@ -11,11 +11,11 @@ and the other 108 at 0.1-1.0 s: p99 2.48 s against a 2 s limit, so the point "br
 search stepped down to half the load and, within the time budget, the configuration that
 other runs measured 1.2x the defaults scored 3 % under them and lost.
 
-Such a point is measured again once (tuner/trial.py), its first try counted as warm-up: only
+Such a point is measured again once (tuner/run/trial.py), its first try counted as warm-up: only
 at the start, only where nothing later went over, and only once, so an overloaded point,
 a configuration that stalls again, or one whose stalls come at random all still break. A
 confirmation try is judged the same way against its limits less the headroom
-(tuner/recommend.py): a stall would otherwise step the claim down to a load the
+(tuner/run/recommend.py): a stall would otherwise step the claim down to a load the
 configuration did not need.
 
 Pure logic over records: tested with made-up ones.

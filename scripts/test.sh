@@ -19,6 +19,9 @@ fi
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
 .venv/bin/mypy
+# The architecture (docs/architecture.md): tuner's packages layered, no import circle, and
+# probes/ importing nothing from tuner/ (the contracts are in pyproject.toml).
+.venv/bin/lint-imports
 # The benchmarks import each other as top-level modules (sys.path), so they are checked as
 # modules of their own folder, with their calls into tuner/ and probes/.
 bench_modules=()

@@ -16,7 +16,7 @@ def fake_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     finished run: the page, the exports, the re-score, the comparison, the Optuna storage.
     They read it; a test that writes puts its files in a folder of its own."""
     from tests.unit.test_runner import HW, FakeEngine, _options
-    from tuner.runner import Runner
+    from tuner.run.runner import Runner
 
     tmp = tmp_path_factory.mktemp("fake-run")
     runner = Runner(_options(tmp, trials=3), lambda _: None, engine=FakeEngine(), hardware=HW)

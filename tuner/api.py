@@ -15,13 +15,13 @@ from pathlib import Path
 from probes.workload import WorkloadError
 from tuner.engines import UnknownEngineError
 from tuner.engines.endpoint import EndpointError
-from tuner.models import ModelError
+from tuner.engines.models import ModelError
 from tuner.options import TuneOptions
-from tuner.report import Report
-from tuner.runner import Progress, Runner
-from tuner.shared import SharedError
-from tuner.space import SpaceError
-from tuner.store import FolderStore, StoreError
+from tuner.report.schema import Report
+from tuner.run.runner import Progress, Runner
+from tuner.spaces.space import SpaceError
+from tuner.storage.shared import SharedError
+from tuner.storage.store import FolderStore, StoreError
 
 # What a run raises for input the user can fix (the message says how): one line, exit 2.
 USER_ERRORS = (ModelError, UnknownEngineError, SpaceError, EndpointError, WorkloadError)
@@ -49,7 +49,7 @@ def tune(opts: TuneOptions, progress: Progress | None = None) -> tuple[Report, P
 
 def resume(run_dir: Path, progress: Progress | None = None) -> tuple[Report, Path]:
     """Continue an interrupted run in its own folder, with the options it was started with:
-    finished trials are kept, not measured again (tuner/checkpoint.py).
+    finished trials are kept, not measured again (tuner/run/checkpoint.py).
 
     Raises:
         UserError: not a run folder, unreadable, or already complete; or as ``tune``.
@@ -91,8 +91,8 @@ def shared_report(storage: str, study: str, out_dir: Path) -> tuple[Report, Path
     Raises:
         UserError: the storage cannot be opened, or the study has no confirmation yet.
     """
-    from tuner.assemble import write_files
-    from tuner.shared import SharedStudy
+    from tuner.run.assemble import write_files
+    from tuner.storage.shared import SharedStudy
 
     try:
         shared = SharedStudy(storage, study)
@@ -118,7 +118,8 @@ def render_run(
     formats: set[str] | frozenset[str] = frozenset({"md", "html", "json"}),
 ) -> tuple[Report, Path]:
     """A run's report written again from its report.json (``autotune report RUN_DIR``); with
-    ``slo``, every recorded trial re-scored under those SLOs (tuner/rescore.py) into a folder of
+    ``slo``, every recorded trial re-scored under those SLOs (tuner/runs/rescore.py) into a folder
+    of
     its own inside the run's, so the run's own report stays as it was.
 
     Raises:
@@ -127,8 +128,8 @@ def render_run(
     from pydantic import ValidationError
 
     from probes.slo import SLOError, parse_slos
-    from tuner.assemble import write_files
-    from tuner.rescore import RescoreError, folder_name, rescore
+    from tuner.run.assemble import write_files
+    from tuner.runs.rescore import RescoreError, folder_name, rescore
 
     path = run_dir / "report.json"
     try:

@@ -23,9 +23,9 @@ from pydantic import (
 
 from probes.slo import SLOSet
 from probes.workload import Workload
-from tuner.capacity import RATE_STEP
-from tuner.compare import TIE_BAND
-from tuner.space import STAGE_ORDER
+from tuner.scoring.capacity import RATE_STEP
+from tuner.scoring.compare import TIE_BAND
+from tuner.spaces.space import STAGE_ORDER
 
 SALT = re.compile(r"[0-9A-Za-z_-]{1,32}")
 STAGE_NAME = re.compile(r"[a-z][a-z0-9_-]*")
@@ -91,7 +91,7 @@ class TuneOptions(BaseModel):
     space_file: Path | None = None
     stages: list[str] | None = None  # force this subset of stages (None: the probe's plan)
     probe: bool = True  # diagnose on the baseline server first
-    # The serving model (tuner/guide.py) chooses what a stage with simulated knobs measures;
+    # The serving model (tuner/search/guide.py) chooses what a stage with simulated knobs measures;
     # off: Optuna's sampler over the space's candidates, as before the model existed.
     serving_model: bool = True
     # The recommendation is confirmed with every latency SLO at most (1 - headroom) x its limit,
@@ -99,7 +99,8 @@ class TuneOptions(BaseModel):
     headroom: float = Field(0.10, ge=0, lt=1)
     # Open loop only: no confirmation try above (1 - load_margin) x the fitted capacity. Open-loop
     # latency rises so steeply near saturation that the latency headroom is ~1 % of load there
-    # (tuner/confirm.py). On this project's 2-core machines, beside a 16 % CPU neighbour, vLLM's
+    # (tuner/scoring/confirm.py). On this project's 2-core machines, beside a 16 % CPU neighbour,
+    # vLLM's
     # own client held the claims made with 15 % in 4 of 4 checks (500 requests each, tightness
     # 0.89), those made with 10 % in 9 of 10 (tightness 0.84-0.99): fresh starts of one
     # configuration differ by up to a third in time per token, and the claim must hold on each.
@@ -123,7 +124,8 @@ class TuneOptions(BaseModel):
     endpoint: str | None = None  # --engine endpoint: the running server's root URL
     served_model: str | None = None  # the model name it serves (default: the first it lists)
     tokenizer: str | None = None  # for synthetic prompts (default: the model / served name)
-    # Several workers on one study (tuner/shared.py): an SQLAlchemy URL and the study's name.
+    # Several workers on one study (tuner/storage/shared.py): an SQLAlchemy URL and the study's
+    # name.
     # The URL may hold a password: it is never written out (excluded from every dump).
     storage: str | None = Field(None, exclude=True)
     study: str | None = None

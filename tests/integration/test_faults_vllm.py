@@ -22,12 +22,12 @@ import pytest
 from probes.client import LoadClient, run_load
 from probes.workload import parse_workload, prepare_requests
 from tuner.engines.base import EngineDied, EngineStartError, ServerProcess, free_port, raise_if_died
+from tuner.engines.hardware import detect_hardware, template_context
 from tuner.engines.lifetime import leftovers
+from tuner.engines.models import resolve_model
 from tuner.engines.vllm import VLLMEngine
-from tuner.hardware import detect_hardware, template_context
-from tuner.launch import launch_settings
-from tuner.models import resolve_model
-from tuner.space import load_space
+from tuner.spaces.launch import launch_settings
+from tuner.spaces.space import load_space
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]

@@ -30,7 +30,8 @@ import sys
 from pathlib import Path
 from probes.slo import parse_slos
 from probes.workload import parse_workload
-from tuner import api, stop
+from tuner import api
+from tuner.run import stop
 from tuner.options import TuneOptions
 
 stop.install()
@@ -82,7 +83,7 @@ def test_sigkill_mid_trial_then_resume_keeps_every_finished_trial_once(tmp_path:
     assert not leftovers(run_id), "engine processes outlived the SIGKILLed tuner"
 
     res = subprocess.run(
-        [sys.executable, "-m", "tuner.cli", "--resume", str(folder)],
+        [sys.executable, "-m", "tuner.cli.main", "--resume", str(folder)],
         cwd=ROOT,
         capture_output=True,
         text=True,

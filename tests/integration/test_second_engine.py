@@ -21,7 +21,7 @@ from probes.workload import parse_workload
 from tuner import api
 from tuner.engines import get_engine
 from tuner.engines.base import ServerProcess, free_port
-from tuner.models import resolve_model
+from tuner.engines.models import resolve_model
 from tuner.options import TuneOptions
 
 pytestmark = pytest.mark.integration

@@ -21,9 +21,10 @@ import sys
 from pathlib import Path
 from probes.slo import parse_slos
 from probes.workload import parse_workload
-from tuner import api, stop
+from tuner import api
+from tuner.run import stop
 from tuner.options import TuneOptions
-from tuner.runner import Runner
+from tuner.run.runner import Runner
 
 tmp, url, study = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
 stop.install()

@@ -26,7 +26,7 @@ from probes.workload import parse_workload
 from tests.browser import open_page
 from tuner import api
 from tuner.engines.base import LaunchSpec, ServerProcess, free_port
-from tuner.hardware import detect_hardware, template_context
+from tuner.engines.hardware import detect_hardware, template_context
 from tuner.options import TuneOptions
 
 pytestmark = pytest.mark.integration
@@ -288,7 +288,7 @@ def test_ctrl_c_during_startup_leaves_no_engine(tmp_path: Path) -> None:
         [
             sys.executable,
             "-m",
-            "tuner.cli",
+            "tuner.cli.main",
             "--model",
             "smollm2-135m",
             "--slo",
@@ -341,7 +341,7 @@ def test_probe_starts_the_embedded_default_and_judges_its_point(tmp_path: Path) 
         [
             sys.executable,
             "-m",
-            "tuner.cli",
+            "tuner.cli.main",
             "probe",
             "--model",
             "smollm2-135m",

@@ -8,10 +8,10 @@ from pathlib import Path
 
 from probes.diagnose import Diagnosis
 from probes.verdict import decide
-from tuner.measure import write_records
 from tuner.servemodel.load import closed_loop, cycled
 from tuner.servemodel.scheduler import Knobs, simulate
 from tuner.servemodel.steptime import StepModel
+from tuner.storage.records import write_records
 
 LENGTHS = (128, 64)
 DECODE_REQUESTS = 4 + 8 + 16 + 64

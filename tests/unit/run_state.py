@@ -11,14 +11,14 @@ from typing import Any
 
 from probes.slo import parse_slos
 from probes.workload import parse_workload
-from tuner.budget import Budget, PhaseTimes
-from tuner.capacity import LoadAxis
-from tuner.estimate import constraints
-from tuner.gates import QualityGate
-from tuner.hardware import Hardware
+from tuner.engines.hardware import Hardware
 from tuner.options import TuneOptions
-from tuner.state import RunState
-from tuner.store import MemoryStore
+from tuner.run.budget import Budget, PhaseTimes
+from tuner.run.gates import QualityGate
+from tuner.run.state import RunState
+from tuner.scoring.capacity import LoadAxis
+from tuner.scoring.estimate import constraints
+from tuner.storage.store import MemoryStore
 
 
 def run_state(

@@ -14,10 +14,10 @@ import pytest
 from typer.testing import CliRunner
 
 from tests.unit.test_runner import FAKE, FakeEngine
-from tuner.cli import app
+from tuner.cli.main import app
 from tuner.engines.base import LaunchSpec
-from tuner.hardware import detect_hardware
-from tuner.space import space_path
+from tuner.engines.hardware import detect_hardware
+from tuner.spaces.space import space_path
 
 Case = Callable[[Path], list[str]]
 
@@ -115,8 +115,8 @@ FAKE_SPACE = "engine: fake\ndevice: {device}\nstages: []\n"
 @pytest.fixture
 def fake_engine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """``--engine fake`` starts tests/fakes/openai_server.py with --fail-start."""
-    from tuner import probe_run
     from tuner.engines import ENGINES
+    from tuner.runs import probe_run
 
     space = tmp_path / "fake-space.yaml"
     space.write_text(FAKE_SPACE.format(device=detect_hardware().device))

@@ -1,10 +1,10 @@
-"""tuner/budget.py on a scripted clock."""
+"""tuner/run/budget.py on a scripted clock."""
 
 from __future__ import annotations
 
 import math
 
-from tuner.budget import Budget, PhaseTimes
+from tuner.run.budget import Budget, PhaseTimes
 
 
 class Clock:

@@ -1,4 +1,4 @@
-"""tuner.capacity.find_capacity against fake systems whose capacity is known in advance."""
+"""tuner.scoring.capacity.find_capacity against fake systems whose capacity is known in advance."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from functools import partial
 
 import pytest
 
-from tuner.capacity import (
+from tuner.scoring.capacity import (
     CONCURRENCY,
     NEAR_DESCEND,
     RATE_STEP,
@@ -384,7 +384,7 @@ def test_the_rate_axis_rounds_and_floors() -> None:
 
 @pytest.mark.parametrize("capacity", [9.35, 9.8, 10.0, 10.5])
 def test_a_start_just_above_a_good_prediction_brackets_it_in_two_points(capacity: float) -> None:
-    from tuner.trial import PREDICTED_ABOVE, PREDICTED_DESCEND
+    from tuner.run.trial import PREDICTED_ABOVE, PREDICTED_DESCEND
 
     # predicted 10 req/s; the capacity within 6 % of it, under or over
     axis = LoadAxis("rate", minimum=0.05, maximum=200.0)
@@ -443,7 +443,7 @@ def test_an_aimed_climb_brackets_the_capacity_in_fewer_points(
     ``AIM_STEP``, and the capacity is bracketed within the resolution in three points;
     unaimed, the climb takes x1.4 steps and refines (four points where the capacity lies just
     over a step, as the README command's candidate build at 13.6 requests/s)."""
-    from tuner.capacity import AIM_BELOW, AIM_STEP
+    from tuner.scoring.capacity import AIM_BELOW, AIM_STEP
 
     axis = LoadAxis("rate", minimum=0.05, maximum=200.0)
     aimed = find_capacity(
@@ -467,7 +467,7 @@ def test_the_readme_commands_candidate_build_is_bracketed_in_one_point_less_aime
 
 
 def test_an_aimed_descent_goes_to_just_under_the_prediction() -> None:
-    from tuner.capacity import AIM_BELOW
+    from tuner.scoring.capacity import AIM_BELOW
 
     axis = LoadAxis("rate", minimum=0.05, maximum=200.0)
     res = find_capacity(queueing_system(7.9), start=11.0, axis=axis, max_points=6, aim=lambda: 8.0)

@@ -1,4 +1,4 @@
-"""tuner.cli: --help, and every bad input refused with one clear line and exit code 2.
+"""tuner.cli.main: --help, and every bad input refused with one clear line and exit code 2.
 
 Only refusals are run here: each case fails validation before anything starts.
 """
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from tuner.cli import app, parse_duration
+from tuner.cli.main import app, parse_duration
 
 runner = CliRunner()
 
@@ -119,7 +119,7 @@ def test_parse_duration_rejects_malformed(text: str) -> None:
 def test_the_neighbour_is_auto_unless_given(
     flag: list[str], expected: float | None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Left out, --neighbour-cpu is decided by the run (None here: tuner/runner.py decides it
+    """Left out, --neighbour-cpu is decided by the run (None here: tuner/run/runner.py decides it
     on the machine and says so); given, it is what was given."""
     from tuner import api
 

@@ -1,4 +1,5 @@
-"""``autotune compare`` (tuner/compare_runs.py, tuner/compare_page.py): two recorded runs of the
+"""``autotune compare`` (tuner/runs/compare_runs.py, tuner/runs/compare_page.py): two recorded runs
+of the
 fake engine of test_runner (real processes, real records) under one SLO, priced; SLOs that
 differ are re-scored to the strictest common one; runs of different workloads are flagged."""
 
@@ -13,13 +14,13 @@ from probes.slo import parse_slos
 from probes.workload import parse_workload
 from tests.browser import open_page
 from tests.unit.test_runner import HW, FakeEngine, _options
-from tuner.cli import app
-from tuner.compare_runs import CompareError, common_slo, compare, parse_prices
-from tuner.report import Report
+from tuner.cli.main import app
+from tuner.report.schema import Report
+from tuner.runs.compare_runs import CompareError, common_slo, compare, parse_prices
 
 
 def _run(tmp: Path, **kw: object) -> Path:
-    from tuner.runner import Runner
+    from tuner.run.runner import Runner
 
     tmp.mkdir(parents=True, exist_ok=True)
     runner = Runner(_options(tmp, **kw), lambda _: None, engine=FakeEngine(), hardware=HW)
@@ -104,9 +105,9 @@ def _probe_folder(root: Path, run: Path) -> Path:
     a known model (tests/unit/probe_records.py), with the run's model and workload."""
     from tests.unit.probe_records import LENGTHS, diagnosis_with, write_probe_records
     from tests.unit.test_guide import TRUE
-    from tuner.hardware import Hardware
-    from tuner.probe_run import PROBE_FILE, ProbeResult
-    from tuner.report import dump_json
+    from tuner.engines.hardware import Hardware
+    from tuner.report.schema import dump_json
+    from tuner.runs.probe_run import PROBE_FILE, ProbeResult
 
     r = Report.model_validate_json((run / "report.json").read_bytes())
     folder = root / "probe-other"
@@ -138,7 +139,7 @@ def test_a_probe_folder_is_predicted_beside_measured_runs(
     from tuner.servemodel.configs import sim_knobs
     from tuner.servemodel.load import cycled
     from tuner.servemodel.predict import mean_of, predict
-    from tuner.space import load_space, space_path
+    from tuner.spaces.space import load_space, space_path
 
     a, _, _ = runs
     probe = _probe_folder(tmp_path, a)

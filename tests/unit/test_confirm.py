@@ -1,4 +1,5 @@
-"""tuner.confirm and tuner.compare with scripted measurements (real metric formulas)."""
+"""tuner.scoring.confirm and tuner.scoring.compare with scripted measurements (real metric
+formulas)."""
 
 from __future__ import annotations
 
@@ -10,10 +11,10 @@ import pytest
 from probes.metrics import judge, summarize
 from probes.records import RequestRecord
 from probes.slo import parse_slos
-from tuner.capacity import CONCURRENCY, LoadAxis
-from tuner.compare import beaten, interleave, side_by_side, too_close, verdict
-from tuner.confirm import Try, confirm, target_load
-from tuner.estimate import CapacityEstimate, Samples, constraints, estimate
+from tuner.scoring.capacity import CONCURRENCY, LoadAxis
+from tuner.scoring.compare import beaten, interleave, side_by_side, too_close, verdict
+from tuner.scoring.confirm import Try, confirm, target_load
+from tuner.scoring.estimate import CapacityEstimate, Samples, constraints, estimate
 
 SLOS = parse_slos(["ttft=1s"])
 CONS = constraints(SLOS, 0.01)
@@ -314,7 +315,7 @@ def test_a_load_margin_keeps_the_open_loop_under_its_cliff() -> None:
 def test_a_confirmed_claim_below_the_confirmed_baseline_is_weaker() -> None:
     from types import SimpleNamespace
 
-    from tuner.confirm import weaker_than
+    from tuner.scoring.confirm import weaker_than
 
     def claim(tok_s: float, meets: bool = True) -> SimpleNamespace:
         return SimpleNamespace(meets_slo=meets, metrics=SimpleNamespace(output_tokens_per_s=tok_s))
@@ -346,8 +347,8 @@ def test_no_try_up_by_less_than_the_minimum_step() -> None:
 def test_a_full_confirmation_is_kept_over_a_provisional_one_too_close_to_call() -> None:
     from types import SimpleNamespace
 
-    from tuner.estimate import CapacityEstimate
-    from tuner.recommend import _keep_confirmed
+    from tuner.run.recommend import _keep_confirmed
+    from tuner.scoring.estimate import CapacityEstimate
 
     def est(tok_s: float) -> CapacityEstimate:
         return CapacityEstimate(

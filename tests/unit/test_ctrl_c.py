@@ -20,8 +20,8 @@ SCRIPT = """
 import sys
 from pathlib import Path
 from tests.unit.test_runner import HW, FakeEngine, _options
-from tuner import stop
-from tuner.runner import Runner
+from tuner.run import stop
+from tuner.run.runner import Runner
 
 tmp = Path(sys.argv[1])
 stop.install()
@@ -142,7 +142,7 @@ def test_a_second_ctrl_c_inside_an_event_loop_cannot_be_swallowed(runner: str) -
     import asyncio
     import contextlib
 
-    from tuner import stop
+    from tuner.run import stop
 
     ran_on = []
 
@@ -173,7 +173,7 @@ def test_a_stop_now_queued_on_a_loop_that_ends_first_is_raised_by_the_next_check
     runs; it must not be lost: the next check raises it (not as the first Ctrl-C's stop)."""
     import asyncio
 
-    from tuner import stop
+    from tuner.run import stop
 
     async def a_point_ending() -> None:
         asyncio.get_running_loop().stop()  # ends after this step, before what it queues

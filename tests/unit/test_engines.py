@@ -11,7 +11,7 @@ import pytest
 from tuner.engines import ENGINES, UnknownEngineError, get_engine
 from tuner.engines.base import LaunchSpec
 from tuner.engines.vllm import VLLMEngine
-from tuner.space import load_space
+from tuner.spaces.space import load_space
 
 SPACES = Path(__file__).resolve().parents[2] / "search_spaces"
 CTX: dict[str, Any] = {"cpu_list": "0,1", "last_cpu": 1, "n_cpus": 2, "n_gpus": 2}

@@ -1,4 +1,5 @@
-"""tuner.estimate: capacity from all points, its interval, censoring, monotone fit, headroom."""
+"""tuner.scoring.estimate: capacity from all points, its interval, censoring, monotone fit,
+headroom."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import numpy as np
 import pytest
 
 from probes.slo import parse_slos
-from tuner.estimate import Samples, constraints, estimate
+from tuner.scoring.estimate import Samples, constraints, estimate
 
 CONS = constraints(parse_slos(["ttft=1s"]), 0.01)  # p99 TTFT <= 1000 ms, errors <= 1 %
 

@@ -1,4 +1,4 @@
-"""The recommendation's deployment files (tuner/exports.py): vLLM's --config mapping from the
+"""The recommendation's deployment files (tuner/report/exports.py): vLLM's --config mapping from the
 arguments the real vllm-cpu space renders, the env file and start script, and a Kubernetes
 manifest checked against the Kubernetes object schema (kubernetes-validate, strict: unknown
 fields fail too). A real vLLM started from these files: tests/integration/test_tune_vllm.py."""
@@ -13,11 +13,11 @@ import pytest
 import yaml
 
 from tests.unit.test_runner import HW
-from tuner import exports
-from tuner.hardware import GPU, Hardware, template_context
-from tuner.launch import launch_settings
-from tuner.report import Report
-from tuner.space import load_space, space_path
+from tuner.engines.hardware import GPU, Hardware, template_context
+from tuner.report import exports
+from tuner.report.schema import Report
+from tuner.spaces.launch import launch_settings
+from tuner.spaces.space import load_space, space_path
 
 K8S_VERSION = "1.33"
 

@@ -13,8 +13,8 @@ import pytest
 from tests.unit.test_runner import HW, FakeEngine, _options
 from tuner.engines.base import LaunchSpec
 from tuner.engines.lifetime import leftovers
-from tuner.runner import Runner
-from tuner.search import CONSTRAINT
+from tuner.run.runner import Runner
+from tuner.search.study import CONSTRAINT
 
 DIES = ("failed",)
 PARTIAL = ("infeasible", "abandoned")  # some requests fail: over the error-rate limit

@@ -1,4 +1,4 @@
-"""tuner/gates.py: what an exactness verdict means for a speculative configuration; the
+"""tuner/run/gates.py: what an exactness verdict means for a speculative configuration; the
 quality reference, shared by the workers of a study."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ import pytest
 
 from probes.exactness import Divergence, Exactness
 from probes.quality import Continuation, Quality, QualityError
-from tuner.gate_steps import GateSteps
-from tuner.gates import ExactnessGate, QualityGate, rejection
-from tuner.shared import SharedStudy
+from tuner.run.gate_steps import GateSteps
+from tuner.run.gates import ExactnessGate, QualityGate, rejection
+from tuner.storage.shared import SharedStudy
 
 
 def test_identical_outputs_pass_and_divergent_ones_need_the_users_consent() -> None:
@@ -49,7 +49,7 @@ def test_a_quality_check_without_a_reference_says_why() -> None:
 def test_the_baseline_reference_gets_a_longer_budget_than_each_configuration(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import tuner.gates as gates
+    import tuner.run.gates as gates
     from probes.quality import Quality
 
     asked: list[float] = []

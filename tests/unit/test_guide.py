@@ -1,4 +1,4 @@
-"""tuner/guide.py: the serving model's choice on scripted measurements (no engine).
+"""tuner/search/guide.py: the serving model's choice on scripted measurements (no engine).
 
 The "measured" baseline is a simulation with a known step model, written as the load client
 writes its records; the guide calibrates on those files as it would on a real run's."""
@@ -13,19 +13,19 @@ from probes.metrics import Dist, LoadMetrics, Verdict, summarize
 from probes.slo import parse_slos
 from tests.unit.probe_records import DECODE_REQUESTS, LENGTHS, diagnosis_with, write_probe_records
 from tests.unit.run_state import run_state
-from tuner.calibration import BuildFit
-from tuner.guide import MIN_GAIN, Candidate, Guide, expected_gain
-from tuner.measure import write_records
-from tuner.model_errors import model_errors
-from tuner.report import PointReport, PredictedReport, TrialReport
-from tuner.screen import screen
-from tuner.search import config_key
+from tuner.report.model_errors import model_errors
+from tuner.report.schema import PointReport, PredictedReport, TrialReport
+from tuner.run.state import RunState
+from tuner.search.calibration import BuildFit
+from tuner.search.guide import MIN_GAIN, Candidate, Guide, expected_gain
+from tuner.search.screen import screen
+from tuner.search.study import config_key
 from tuner.servemodel.load import cycled, poisson
 from tuner.servemodel.predict import Prediction
 from tuner.servemodel.scheduler import Knobs, simulate
 from tuner.servemodel.steptime import StepModel
-from tuner.space import Stage, load_space, space_path
-from tuner.state import RunState
+from tuner.spaces.space import Stage, load_space, space_path
+from tuner.storage.records import write_records
 
 TRUE = StepModel(base_s=0.02, per_prefill_token_s=0.0002, per_decode_s=0.001, overhead_s=0.03)
 SMOLLM2 = {

@@ -1,4 +1,4 @@
-"""tuner/guided_stage.py: the model advises, and a failure of it does not end the run."""
+"""tuner/run/guided_stage.py: the model advises, and a failure of it does not end the run."""
 
 from __future__ import annotations
 
@@ -6,10 +6,10 @@ from pathlib import Path
 from typing import Any
 
 from tests.unit.run_state import run_state
-from tuner.guide import Guide
-from tuner.guided_stage import GuidedStage
-from tuner.search import config_key
-from tuner.space import Stage
+from tuner.run.guided_stage import GuidedStage
+from tuner.search.guide import Guide
+from tuner.search.study import config_key
+from tuner.spaces.space import Stage
 
 STAGE = Stage.model_validate(
     {

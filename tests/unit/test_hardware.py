@@ -1,8 +1,9 @@
-"""tuner.hardware: which data types the CPU computes natively, and what a search space sees."""
+"""tuner.engines.hardware: which data types the CPU computes natively, and what a search space
+sees."""
 
 from __future__ import annotations
 
-from tuner.hardware import Hardware, isa_flags, template_context
+from tuner.engines.hardware import Hardware, isa_flags, template_context
 
 ZEN2 = "fpu vme sse sse2 ssse3 fma sse4_1 avx f16c avx2 bmi2 sha_ni clwb"
 ZEN4 = ZEN2 + " avx512f avx512dq avx512_bf16 avx512_vnni"

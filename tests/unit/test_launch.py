@@ -1,4 +1,4 @@
-"""tuner/launch.py: the one launch builder tuning and `autotune probe` share."""
+"""tuner/spaces/launch.py: the one launch builder tuning and `autotune probe` share."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from pathlib import Path
 
 import yaml
 
-from tuner.launch import launch_settings, without_flags
-from tuner.space import load_space
+from tuner.spaces.launch import launch_settings, without_flags
+from tuner.spaces.space import load_space
 
 SPACE = {
     "engine": "vllm",

@@ -1,4 +1,4 @@
-"""tuner.measure: a confirmation's point grows to what its requests over the limit need."""
+"""tuner.run.measure: a confirmation's point grows to what its requests over the limit need."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ from probes.metrics import judge
 from probes.slo import parse_slos
 from probes.workload import FileItem, FileWorkload
 from tests.fakes.openai_server import FakeOpenAIServer
-from tuner import stop
-from tuner.capacity import LoadAxis
-from tuner.measure import Measured, PointMeasurer
+from tuner.run import stop
+from tuner.run.measure import Measured, PointMeasurer
+from tuner.scoring.capacity import LoadAxis
 
 SLOS = parse_slos(["ttft@p90=150ms"])  # 44 requests with none over, 64 with one, 81 with two
 MODEL = "fake-model"

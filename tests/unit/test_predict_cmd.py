@@ -9,7 +9,7 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from tuner.cli import app
+from tuner.cli.main import app
 
 SIMULATED = "        flag: --max-concurrent\n        sim: max_num_seqs\n"
 

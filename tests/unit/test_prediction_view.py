@@ -1,4 +1,4 @@
-"""tuner/prediction_view.py: predicted against measured, each side's interval with the
+"""tuner/report/prediction_view.py: predicted against measured, each side's interval with the
 run-to-run spread of a fresh start (on the fake engine's run report, given a prediction)."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from tuner.prediction_view import prediction_view, with_restart
-from tuner.render_model import model_section
-from tuner.report import PredictedReport, Report, ServingModelReport
+from tuner.report.prediction_view import prediction_view, with_restart
+from tuner.report.render_model import model_section
+from tuner.report.schema import PredictedReport, Report, ServingModelReport
 
 
 def test_a_fresh_starts_spread_widens_a_measured_interval_in_quadrature() -> None:

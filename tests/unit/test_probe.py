@@ -21,7 +21,7 @@ from probes.roofline import model_size, parse_cache_bytes
 from probes.verdict import decide
 from probes.workload import parse_workload
 from tests.fakes.openai_server import FakeOpenAIServer
-from tuner.cli import app
+from tuner.cli.main import app
 
 
 class ScriptedClock:
@@ -268,7 +268,7 @@ def test_probe_on_an_endpoint_that_is_not_there_fails_clearly() -> None:
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("rejects", [False, True])
 def test_an_endpoint_is_asked_whether_it_takes_ignore_eos(tmp_path: Path, rejects: bool) -> None:
-    from tuner.probe_run import _server
+    from tuner.runs.probe_run import _server
 
     knobs = {"reject_fields": ("ignore_eos",)} if rejects else {}
     with (
@@ -283,7 +283,7 @@ def test_an_endpoint_is_asked_whether_it_takes_ignore_eos(tmp_path: Path, reject
 
 @pytest.mark.timeout(60)
 def test_probe_on_an_endpoint_measures_the_given_load(tmp_path: Path) -> None:
-    from tuner.probe_run import probe
+    from tuner.runs.probe_run import probe
 
     wl = tmp_path / "wl.jsonl"
     wl.write_text(json.dumps({"prompt": "hello there", "max_tokens": 4}) + "\n")

@@ -1,4 +1,4 @@
-"""Progress (tuner/progress.py): on a terminal a status line under the log lines (stage,
+"""Progress (tuner/run/progress.py): on a terminal a status line under the log lines (stage,
 trial k of n, the configuration, the best so far, elapsed and time left); elsewhere plain lines
 only. On the fake engine of test_runner (a real process)."""
 
@@ -10,8 +10,8 @@ from pathlib import Path
 from rich.console import Console
 
 from tests.unit.test_runner import HW, FakeEngine, _options
-from tuner.progress import Display
-from tuner.runner import Runner
+from tuner.run.progress import Display
+from tuner.run.runner import Runner
 
 
 def _run(tmp_path: Path, console: Console) -> tuple[str, Display]:

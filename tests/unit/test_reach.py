@@ -1,12 +1,12 @@
-"""tuner.reach: a configuration that no load can bring under a latency SLO, from one request."""
+"""tuner.run.reach: a configuration that no load can bring under a latency SLO, from one request."""
 
 from __future__ import annotations
 
 from probes.diagnose import Diagnosis, SweepPoint
 from probes.slo import parse_slos
 from probes.verdict import decide
-from tuner.estimate import constraints
-from tuner.reach import unreachable
+from tuner.run.reach import unreachable
+from tuner.scoring.estimate import constraints
 
 
 def diagnosis(ttft_ms: float, tpot_ms: float, n_out: int = 64) -> Diagnosis:

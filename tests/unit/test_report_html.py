@@ -1,4 +1,5 @@
-"""report.html: the figures (tuner/views.py) and the page (tuner/html.py), opened in a real
+"""report.html: the figures (tuner/report/views.py) and the page (tuner/report/html.py), opened in
+a real
 headless Chromium (tests/browser.py) on the report of a run on the fake engine of
 test_runner (a real process)."""
 
@@ -10,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from tests.browser import open_page
-from tuner.report import Report
-from tuner.views import build, pareto
+from tuner.report.schema import Report
+from tuner.report.views import build, pareto
 
 
 @pytest.fixture

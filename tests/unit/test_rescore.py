@@ -1,4 +1,4 @@
-"""Re-scoring a recorded run under other SLOs without measuring again (tuner/rescore.py,
+"""Re-scoring a recorded run under other SLOs without measuring again (tuner/runs/rescore.py,
 ``autotune report RUN_DIR --slo``), on a run of the fake engine of test_runner (a real
 process, real per-request records)."""
 
@@ -11,9 +11,9 @@ import pytest
 from typer.testing import CliRunner
 
 from probes.slo import parse_slos
-from tuner.cli import app
-from tuner.report import Report
-from tuner.rescore import RescoreError, rescore
+from tuner.cli.main import app
+from tuner.report.schema import Report
+from tuner.runs.rescore import RescoreError, rescore
 
 
 @pytest.fixture

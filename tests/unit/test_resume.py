@@ -1,5 +1,5 @@
 """Resume: a run stopped mid-trial continues in its folder without measuring again what
-finished (tuner/checkpoint.py), on the fake engine of test_runner (a real process)."""
+finished (tuner/run/checkpoint.py), on the fake engine of test_runner (a real process)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from typer.testing import CliRunner
 
 import tuner.engines.base as base_mod
 from tests.unit.test_runner import HW, FakeEngine, _options
-from tuner.cli import app
-from tuner.runner import Runner
-from tuner.store import FolderStore
+from tuner.cli.main import app
+from tuner.run.runner import Runner
+from tuner.storage.store import FolderStore
 
 
 def _spy_on_starts(monkeypatch: pytest.MonkeyPatch) -> list[str]:
@@ -202,7 +202,7 @@ def test_the_seeded_sampler_replays_past_its_random_start(
 
 
 def test_a_restore_puts_the_budget_where_the_checkpoint_left_it(tmp_path: Path) -> None:
-    from tuner import checkpoint
+    from tuner.run import checkpoint
 
     opts = _options(tmp_path, time_budget_s=1000.0)
     r = Runner(opts, lambda _: None, engine=FakeEngine(), hardware=HW).state

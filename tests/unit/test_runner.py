@@ -18,10 +18,10 @@ from probes.server_metrics import ServerSeries
 from probes.slo import parse_slos
 from probes.workload import parse_workload
 from tuner.engines.base import HOST, LaunchSpec
+from tuner.engines.hardware import Hardware
 from tuner.engines.vllm import VLLM_SERIES
-from tuner.hardware import Hardware
 from tuner.options import TuneOptions
-from tuner.runner import Runner
+from tuner.run.runner import Runner
 
 ROOT = Path(__file__).resolve().parents[2]
 FAKE = ROOT / "tests" / "fakes" / "openai_server.py"
@@ -566,8 +566,8 @@ def test_a_trial_none_of_whose_loads_holds_once_measured_again_loses_its_score(
     does: the old score must not stay and win (seen on real vLLM: a trial estimated at 656
     tok/s went to 0 side by side, yet was confirmed as the best)."""
     from probes.records import RequestRecord
-    from tuner.estimate import Samples
-    from tuner.report import TrialReport
+    from tuner.report.schema import TrialReport
+    from tuner.scoring.estimate import Samples
 
     runner = Runner(_options(tmp_path), lambda m: None, engine=FakeEngine(), hardware=HW)
     slow = [
@@ -636,7 +636,7 @@ def test_a_new_stage_of_a_known_kind_is_a_space_file_change_only(tmp_path: Path)
 
 
 def test_stages_names_a_stage_of_the_space_or_a_kind(tmp_path: Path) -> None:
-    from tuner.space import SpaceError
+    from tuner.spaces.space import SpaceError
 
     (tmp_path / "fake.yaml").write_text(SPACE_KINDS)
     starts: list[str] = []
@@ -721,8 +721,8 @@ def test_a_point_broken_by_a_stall_at_its_start_is_measured_again_once(
     # Which records are a stall is probes/transient.py's (tests/unit/test_transient.py); here
     # the first broken point is called one, and the search must measure it again, once, and
     # keep the first try out of its points.
-    import tuner.recommend as recommend_mod
-    import tuner.trial as trial_mod
+    import tuner.run.recommend as recommend_mod
+    import tuner.run.trial as trial_mod
 
     calls: list[int] = []
 
@@ -759,7 +759,7 @@ def test_a_confirmation_try_disturbed_at_its_start_is_measured_again_once_at_its
     # With a headroom no try can meet, every confirmation try misses it, and every one is
     # called a stall (which records are one is probes/transient.py's): the first must be
     # measured again at the same load, and only once however often it is called one.
-    import tuner.recommend as recommend_mod
+    import tuner.run.recommend as recommend_mod
 
     asked: list[dict[str, object]] = []
 

@@ -1,12 +1,12 @@
-"""tuner.search: one Optuna stage with a scripted evaluate (no engine)."""
+"""tuner.search.study: one Optuna stage with a scripted evaluate (no engine)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
-from tuner.search import Outcome, config_key, run_stage
-from tuner.space import Stage
+from tuner.search.study import Outcome, config_key, run_stage
+from tuner.spaces.space import Stage
 
 STAGE = Stage.model_validate(
     {

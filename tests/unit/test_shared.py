@@ -1,4 +1,4 @@
-"""Several workers on one study (tuner/shared.py).
+"""Several workers on one study (tuner/storage/shared.py).
 
 The whole capability on a real PostgreSQL server (tests/postgres.py) with two real worker
 processes on the fake engine, one of them SIGKILLed mid-trial; the pieces on SQLite: work done
@@ -23,10 +23,10 @@ from optuna.trial import TrialState
 from typer.testing import CliRunner
 
 from tests.postgres import PASSWORD
-from tuner.cli import app
+from tuner.cli.main import app
 from tuner.engines.lifetime import leftovers
 from tuner.options import redact
-from tuner.shared import Beat, SharedStudy
+from tuner.storage.shared import Beat, SharedStudy
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -148,8 +148,8 @@ WORKER = """
 import sys
 from pathlib import Path
 from tests.unit.test_runner import HW, FakeEngine, _options
-from tuner import stop
-from tuner.runner import Runner
+from tuner.run import stop
+from tuner.run.runner import Runner
 
 tmp, url, study = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
 stop.install()

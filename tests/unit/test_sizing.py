@@ -1,4 +1,4 @@
-"""tuner/sizing.py's budget decisions on a scripted clock, with the figures of a 13-minute run
+"""tuner/run/sizing.py's budget decisions on a scripted clock, with the figures of a 13-minute run
 on a fresh 2-core AMD machine (a cold first start of 122 s, 42-59 s for every start after it;
 vLLM's defaults at 2.73 requests/s, about 196 s for one 505-request confirmation try)."""
 
@@ -12,11 +12,11 @@ import pytest
 
 from probes.metrics import Dist, LoadMetrics, Verdict
 from tests.unit.run_state import run_state
-from tuner import sizing
-from tuner.capacity import LoadAxis
-from tuner.estimate import Samples
-from tuner.report import PointReport, PredictedReport, TrialReport
-from tuner.state import RunState
+from tuner.report.schema import PointReport, PredictedReport, TrialReport
+from tuner.run import sizing
+from tuner.run.state import RunState
+from tuner.scoring.capacity import LoadAxis
+from tuner.scoring.estimate import Samples
 
 BUDGET_S = 780.0
 

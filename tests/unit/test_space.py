@@ -1,4 +1,5 @@
-"""tuner.space: the shipped search spaces load, render and adapt; broken files are refused."""
+"""tuner.spaces.space: the shipped search spaces load, render and adapt; broken files are
+refused."""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ from typing import Any
 import pytest
 import yaml
 
-from tuner.knob import Emit
-from tuner.space import (
+from tuner.spaces.knob import Emit
+from tuner.spaces.space import (
     STAGE_ORDER,
     SearchSpace,
     SpaceError,

@@ -10,9 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tuner.estimate import Samples
-from tuner.report import TrialReport
-from tuner.store import Checkpoint, FolderStore, MemoryStore, RunMeta, RunStore, StoreError
+from tuner.report.schema import TrialReport
+from tuner.scoring.estimate import Samples
+from tuner.storage.store import Checkpoint, FolderStore, MemoryStore, RunMeta, RunStore, StoreError
 
 Factory = Callable[[Path], RunStore]
 STORES: dict[str, Factory] = {
@@ -164,7 +164,7 @@ def test_a_folder_store_refuses_another_schema(tmp_path: Path) -> None:
 def test_files_written_atomically_get_the_mode_open_gives(tmp_path: Path) -> None:
     import os
 
-    from tuner.report import UMASK, write_atomic
+    from tuner.report.schema import UMASK, write_atomic
 
     write_atomic(tmp_path / "report.json", b"{}")
     (tmp_path / "plain").write_bytes(b"{}")

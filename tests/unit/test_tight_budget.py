@@ -3,7 +3,7 @@ engine of test_runner (a real process): the baseline's confirmation is put off, 
 that leads is confirmed on its own server, and the baseline is confirmed at the end on a fresh
 start of its own, so the gain is still confirmed over confirmed.
 
-What is tight is decided by tuner/sizing.py from measured times (tests/unit/test_sizing.py
+What is tight is decided by tuner/run/sizing.py from measured times (tests/unit/test_sizing.py
 tests that on a scripted clock); here its two answers are fixed, so that the run's wiring is
 tested without depending on how fast this machine is."""
 
@@ -16,11 +16,11 @@ import pytest
 
 import tuner.engines.base as base_mod
 from tests.unit.test_runner import HW, FakeEngine, _options
-from tuner import sizing
-from tuner.render import render_markdown
-from tuner.report import TrialReport
-from tuner.runner import Runner
-from tuner.state import RunState
+from tuner.report.render import render_markdown
+from tuner.report.schema import TrialReport
+from tuner.run import sizing
+from tuner.run.runner import Runner
+from tuner.run.state import RunState
 
 
 def _tight(monkeypatch: pytest.MonkeyPatch) -> list[str]:

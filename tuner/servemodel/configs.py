@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from tuner.servemodel.scheduler import Knobs
-from tuner.space import SearchSpace
+from tuner.spaces.space import SearchSpace
 
 GIB = 1024**3
 NO_BUDGET = 1 << 30

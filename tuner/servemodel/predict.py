@@ -2,8 +2,9 @@
 
 The simulation (``scheduler.simulate``) serves the run's workload under its load model at a
 load; the simulated records are summarised, judged and scored exactly as a measured point's
-(``probes.metrics.summarize``, ``tuner.measure.judge_point`` and ``score_window``), and the
-capacity comes from ``tuner.estimate.estimate`` over every simulated point, so a prediction is
+(``probes.metrics.summarize``, ``tuner.scoring.judge.judge_point`` and ``score_window``), and the
+capacity comes from ``tuner.scoring.estimate.estimate`` over every simulated point, so a prediction
+is
 a capacity with an interval in the same units as a measurement.
 
 Where to simulate: the load is bracketed from an upper bound on what the engine can serve (the
@@ -30,8 +31,8 @@ from probes.drift import HORIZON_S
 from probes.metrics import summarize
 from probes.records import RequestRecord
 from probes.slo import SLOSet
-from tuner.estimate import Samples, constraints, estimate
-from tuner.measure import judge_point, score_window
+from tuner.scoring.estimate import Samples, constraints, estimate
+from tuner.scoring.judge import judge_point, score_window
 from tuner.servemodel.load import Lengths, closed_loop, poisson
 from tuner.servemodel.scheduler import Knobs, SimulationError, simulate
 from tuner.servemodel.steptime import StepModel

@@ -1,0 +1,163 @@
+"""The report (report.json, report.md, report.html, deployment files), assembled from the
+run's state and written atomically.
+
+The state is what the store holds (every finished trial is checkpointed before the next
+starts; a resumed run restores it from there), so an interrupted, resumed run assembles the
+same report as an uninterrupted one, timings aside.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Literal
+
+from probes.exactness import Exactness
+from probes.workload import SyntheticWorkload
+from tuner.report.model_errors import errors_by_basis, model_errors
+from tuner.report.schema import (
+    Report,
+    ServingModelReport,
+    SLOReport,
+    Timing,
+    dump_json,
+    write_atomic,
+)
+from tuner.run.state import RunState
+from tuner.servemodel.spreads import PROBE_SPREAD, RUN_TO_RUN, TRANSFER_SPREAD
+
+RunStatus = Literal["complete", "interrupted", "failed"]
+
+
+def report_exactness(st: RunState) -> Exactness | None:
+    """The recommended configuration's exactness check, or, where the recommendation has no
+    speculative decoding, the best speculative configuration's (with why it lost)."""
+    if st.recommended is not None:
+        rec = next((t for t in st.trials if t.number == st.recommended.from_trial), None)
+        if rec is not None and rec.exactness is not None:
+            return rec.exactness
+    spec = [t for t in st.trials if t.exactness is not None]
+    if not spec:
+        return None
+    top = max(spec, key=lambda t: (t.status == "ok", t.score_tokens_per_s or 0.0))
+    assert top.exactness is not None
+    why = top.rejected or (
+        f"{top.status}: {top.error}" if top.error else "it was not the fastest configuration"
+    )
+    return top.exactness.model_copy(
+        update={"reason": f"trial {top.number}, not recommended: {why}. {top.exactness.reason}"}
+    )
+
+
+def _workload(st: RunState) -> dict[str, Any]:
+    wl = st.opts.workload
+    if isinstance(wl, SyntheticWorkload):
+        return {
+            "kind": "synthetic",
+            "input_len": wl.input_len,
+            "output_len": wl.output_len,
+            "spread": wl.spread,
+            "spec": wl.label,
+        }
+    return {"kind": "file", "path": wl.path, "n_items": len(wl.items)}
+
+
+def assemble(
+    st: RunState, status: RunStatus, error: str | None, endpoint: str | None = None
+) -> Report:
+    """The report of the run as it stands."""
+    opts, c = st.opts, st.clock
+    wall = c.elapsed()
+    return Report(
+        run_id=st.run_id,
+        status=status,
+        created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        command=opts.command,
+        model=opts.model or st.model_path,
+        model_path=st.model_path,
+        engine=st.engine.name,
+        engine_version=st.engine.version(),
+        endpoint=endpoint,
+        hardware=st.hw,
+        workload=_workload(st),
+        load={"model": st.axis.kind, "unit": st.axis.unit},
+        salt=st.salt,
+        slo=[
+            SLOReport(metric=s.metric, percentile=s.percentile, limit_ms=s.limit_ms)
+            for s in opts.slos.latency
+        ],
+        quality_slo={"max_degradation_pct": st.quality_limit, "default": opts.slos.quality is None},
+        max_error_rate=opts.max_error_rate,
+        options=opts.model_dump(
+            mode="json", exclude={"slos", "workload", "command", "model", "engine"}
+        ),
+        probe=st.diagnosis,
+        knob_defaults={k.name: k.default for k in st.space.knobs().values()} if st.space else {},
+        baseline=st.baseline,
+        baseline_note=(st.space.baseline.reason if st.space else "") or "the engine's own defaults",
+        trials=st.trials,
+        stages=st.stage_reports,
+        recommended=st.recommended,
+        baseline_confirmation=st.baseline_confirmed,
+        comparisons=st.comparisons,
+        exactness=report_exactness(st),
+        timing=Timing(
+            wall_s=wall,
+            engine_starts=c.engine_starts,
+            startup_s=c.startup_s,
+            warmup_s=c.warmup_s,
+            measure_s=c.measure_s,
+            other_s=max(0.0, wall - c.startup_s - c.warmup_s - c.measure_s),
+        ),
+        notes=st.notes,
+        error=error,
+        screened=st.screened,
+        serving_model=serving_model_report(st),
+    )
+
+
+def serving_model_report(st: RunState) -> ServingModelReport | None:
+    """What the serving model screened and its error, where it predicted anything."""
+    predicted = [t.number for t in st.measured() if t.predicted is not None]
+    if not st.screened and not predicted:
+        return None
+    return ServingModelReport(
+        screened=st.screened,
+        predicted_trials=predicted,
+        errors=model_errors(st.measured()),
+        errors_by_basis=errors_by_basis(st.measured()),
+        run_to_run_spread=RUN_TO_RUN,
+        transfer_spread=TRANSFER_SPREAD,
+        probe_spread=PROBE_SPREAD,
+    )
+
+
+def write_report(
+    st: RunState, status: RunStatus, error: str | None, endpoint: str | None = None
+) -> Report:
+    """Assemble the report and write report.json and report.md into the run folder."""
+    report = assemble(st, status, error, endpoint)
+    write_files(report, st.out)
+    return report
+
+
+def write_files(
+    report: Report,
+    folder: Path,
+    formats: set[str] | frozenset[str] = frozenset({"md", "html", "json"}),
+) -> None:
+    """report.json, report.md, the recommendation's deployment files (tuner/report/exports.py) and
+    report.html in ``folder``, each atomically (``formats``: which of json, md, html)."""
+    from tuner.report.exports import write_exports
+    from tuner.report.html import render_html
+    from tuner.report.render import render_markdown
+    from tuner.report.views import build
+
+    folder.mkdir(parents=True, exist_ok=True)
+    if "json" in formats:
+        write_atomic(folder / "report.json", dump_json(report))
+    if "md" in formats:
+        write_atomic(folder / "report.md", render_markdown(report).encode())
+    if "html" in formats:
+        files = [p.name for p in write_exports(report, folder)]
+        write_atomic(folder / "report.html", render_html(build(report, files)).encode())

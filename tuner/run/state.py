@@ -1,0 +1,140 @@
+"""What a tuning run knows while it works: the one object every step reads and adds to.
+
+A ``RunState`` holds the options, the load axis, the clock and budget, the store, and what has
+been measured so far (the baseline, the trials, the stages' reports, the comparisons, the
+recommendation, the notes). Trial records are written by tuner/run/trial.py only; the other steps
+read them, and add their own results (a stage report, a comparison, a recommendation) here.
+A checkpoint (tuner/run/checkpoint.py) is this state right after a trial finished.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from probes.client import LoadClient
+from probes.diagnose import Diagnosis
+from probes.workload import Tokenizer
+from tuner.engines.base import Engine
+from tuner.engines.hardware import Hardware
+from tuner.options import TuneOptions
+from tuner.report.schema import PointReport, Recommendation, StageReport, TrialReport
+from tuner.run.budget import Budget, PhaseTimes
+from tuner.run.checkpoint import Replay
+from tuner.run.gates import ExactnessGate, QualityGate
+from tuner.run.measure import PointMeasurer
+from tuner.run.progress import Doing
+from tuner.scoring.capacity import LoadAxis
+from tuner.scoring.compare import ComparisonReport
+from tuner.scoring.estimate import CapacityEstimate, Constraint, Samples, estimate
+from tuner.spaces.space import SearchSpace, Stage
+from tuner.storage.store import RunMeta, RunStore
+
+if TYPE_CHECKING:
+    from tuner.storage.shared import SharedStudy
+
+Say = Callable[[str], None]
+
+
+@dataclass
+class RunState:
+    """One run's state (see the module docstring). The fields under "Prepared" are set when
+    the run is prepared (the target resolved, the client built)."""
+
+    opts: TuneOptions
+    say: Say
+    engine: Engine
+    hw: Hardware
+    run_id: str
+    out: Path
+    store: RunStore
+    salt: str
+    rng: random.Random
+    axis: LoadAxis
+    cons: list[Constraint]
+    clock: PhaseTimes
+    budget: Budget
+    quality: QualityGate
+    exactness: ExactnessGate = field(default_factory=ExactnessGate)
+    doing: Doing = field(default_factory=Doing)  # what the run is at (the status line)
+    meta: RunMeta | None = None
+    replay: Replay | None = None
+    shared: SharedStudy | None = None  # --storage: the study several workers share
+    # Prepared:
+    space: SearchSpace | None = None
+    ctx: dict[str, Any] = field(default_factory=dict)
+    model_path: str = ""
+    tokenizer: Tokenizer | None = None
+    client: LoadClient | None = None
+    measurer: PointMeasurer | None = None
+    launches: bool = True
+    # Measured:
+    samples: dict[int, list[Samples]] = field(default_factory=dict)
+    baseline: TrialReport | None = None
+    trials: list[TrialReport] = field(default_factory=list)
+    stage_reports: list[StageReport] = field(default_factory=list)
+    comparisons: list[ComparisonReport] = field(default_factory=list)
+    baseline_confirmed: Recommendation | None = None
+    # A trial confirmed on its own server after its search (the budget held no restart):
+    trial_confirmed: Recommendation | None = None
+    # The one it replaced: a later trial led by a little and was confirmed in its place.
+    displaced_confirmed: Recommendation | None = None
+    recommended: Recommendation | None = None
+    notes: list[str] = field(default_factory=list)
+    diagnosis: Diagnosis | None = None
+    probe_s: float = 0.0
+    screened: int = 0  # configurations the serving model predicted (tuner/search/guide.py)
+
+    @property
+    def quality_limit(self) -> float:
+        return self.quality.limit_pct
+
+    def fresh_seed(self) -> int:
+        """A different seed (so a different salt) per load point: no prefix-cache reuse."""
+        return self.rng.getrandbits(31)
+
+    def load(self, x: float) -> dict[str, float]:
+        """A load as report.json writes it: ``{"concurrency": N}`` or ``{"rate_rps": R}``."""
+        return {self.axis.key: int(x) if self.axis.kind == "concurrency" else x}
+
+    def load_of(self, t: TrialReport) -> float | None:
+        return float(t.load[self.axis.key]) if t.load and self.axis.key in t.load else None
+
+    def point_load(self, p: PointReport) -> float:
+        return float(p.load[self.axis.key])
+
+    def measured(self) -> list[TrialReport]:
+        """The baseline (once measured) and every trial, in order."""
+        return [t for t in [self.baseline, *self.trials] if t is not None]
+
+    def best(self) -> TrialReport | None:
+        """The highest-scoring configuration that may be recommended."""
+        ok = [t for t in self.measured() if t.status == "ok" and not t.rejected]
+        return max(ok, key=lambda t: t.score_tokens_per_s or 0.0) if ok else None
+
+    def add_samples(self, number: int, samples: Samples) -> None:
+        """A point's samples join its trial's estimate, and the store, at once."""
+        kept = self.samples.setdefault(number, [])
+        self.store.add_samples(number, len(kept), samples)
+        kept.append(samples)
+
+    def estimate(self, number: int, level: float = 0.0) -> CapacityEstimate | None:
+        """The capacity estimate from all of a trial's points (seeded: reproducible)."""
+        return estimate(
+            self.samples.get(number, []), self.cons, level=level, seed=self.opts.seed + number
+        )
+
+    def selected(self, stage: Stage) -> bool:
+        """Whether --stages (names or kinds) leaves this stage in."""
+        chosen = self.opts.stages
+        return chosen is None or stage.name in chosen or stage.stage_kind in chosen
+
+    def wants(self, kind: str) -> bool:
+        """Whether the space has a stage of this kind that --stages does not leave out."""
+        return self.space is not None and any(self.selected(s) for s in self.space.of_kind(kind))
+
+    def trial_dir(self, number: int) -> Path:
+        return self.out / "trials" / f"{number:03d}"

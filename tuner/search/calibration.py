@@ -1,0 +1,178 @@
+"""The step models of a run's measured builds, from its trials' per-request records.
+
+Trials that share a build (tuner/servemodel/configs.py ``build_of``: every knob the serving
+model does not simulate) are calibrated together on the records of all their points, so each
+measured configuration sharpens its build's model. The probe's sweeps on the baseline server
+(``ProbePoints``: lone prompts of several lengths, decoding batches up to four times the user's
+load) calibrate the baseline's build before any trial is measured, and go on counting beside its
+trials' points. A tuning run refits as it measures (the guide, tuner/search/guide.py); ``autotune
+predict`` fits a finished run's builds once.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from probes.records import RequestRecord
+from tuner.report.schema import TrialReport
+from tuner.servemodel.calibrate import calibrate
+from tuner.servemodel.configs import build_label, build_of
+from tuner.servemodel.steptime import FitError, StepModel
+from tuner.spaces.space import SearchSpace
+from tuner.storage.records import read_records
+
+MIN_CALIBRATION_REQUESTS = 20  # fewer completed requests in a build: it is not fitted
+ReadRecords = Callable[[TrialReport, int], list[RequestRecord]]  # (trial, point index)
+
+
+@dataclass(frozen=True)
+class ProbePoints:
+    """The probe's sweep points (per-request records), measured on a server of ``params``."""
+
+    params: dict[str, Any]
+    points: list[list[RequestRecord]]
+    lengths: list[tuple[int, int]] | None = None  # (prompt, output) of its decode sweep
+
+
+def lengths_of(records: list[RequestRecord]) -> list[tuple[int, int]]:
+    """The (prompt, output) tokens of the completed requests whose prompt length is known."""
+    return [(int(r.n_prompt or 0), r.n_out) for r in records if r.ok and r.n_prompt]
+
+
+def probe_points(files: dict[str, str], params: dict[str, Any], folder: Path) -> ProbePoints | None:
+    """The probe's kept records (``Diagnosis.records_files``, as written or, where the folder
+    has moved, in ``folder``: a run's probe/, a probe folder's records/) as calibration points
+    (None: none could be read)."""
+    points: list[list[RequestRecord]] = []
+    lengths: list[tuple[int, int]] = []
+    for name, written in sorted(files.items()):
+        path = Path(written)
+        if not path.is_file():
+            path = folder / path.name
+        try:
+            recs = read_records(path)
+        except (OSError, ValueError, TypeError):
+            continue
+        points.append(recs)
+        if name.startswith("decode-"):
+            lengths += lengths_of(recs)
+    return ProbePoints(params, points, lengths or None) if points else None
+
+
+@dataclass
+class BuildFit:
+    """One measured build's step model and what it rests on."""
+
+    build: dict[str, Any]
+    step: StepModel
+    trials: list[int]  # empty: calibrated on the probe alone
+    requests: int
+    load: float | None = None  # the highest capacity measured on this build: where to start
+    probe: bool = False  # the probe's points are among those it was fitted on
+
+    def label(self, space: SearchSpace) -> str:
+        return build_label(self.build, space)
+
+
+def build_key(params: dict[str, Any], space: SearchSpace) -> str:
+    """A build's identity (its knob values, defaults filled in)."""
+    return json.dumps(build_of(params, space), sort_keys=True, default=str)
+
+
+@dataclass
+class Calibration:
+    """The fitted builds of one run, refitted only where a trial or point was added."""
+
+    space: SearchSpace
+    read: ReadRecords
+    load_of: Callable[[TrialReport], float | None]
+    probe: ProbePoints | None = None
+    fits: dict[str, BuildFit] = field(default_factory=dict)
+    stamps: dict[str, tuple] = field(default_factory=dict)
+
+    def _groups(self, trials: Sequence[TrialReport]) -> dict[str, list[TrialReport]]:
+        """The measured ``trials`` by build (the probe's build present, if only by it)."""
+        groups: dict[str, list[TrialReport]] = {}
+        for t in trials:
+            if t.points and t.status in ("ok", "infeasible", "abandoned"):
+                groups.setdefault(build_key(t.params, self.space), []).append(t)
+        if self.probe is not None:
+            groups.setdefault(build_key(self.probe.params, self.space), [])
+        return groups
+
+    def _probe_of(self, key: str) -> list[list[RequestRecord]]:
+        """The probe's points where ``key`` is the build it ran on."""
+        if self.probe is None or key != build_key(self.probe.params, self.space):
+            return []
+        return self.probe.points
+
+    def _points(self, key: str, members: Sequence[TrialReport]) -> list[list[RequestRecord]]:
+        """The records of every point of ``members``, and the probe's where it is their build."""
+        extra = self._probe_of(key)
+        return extra + [self.read(t, i) for t in members for i in range(len(t.points))]
+
+    def _fit(self, points: list[list[RequestRecord]]) -> StepModel | None:
+        if sum(sum(r.ok for r in p) for p in points) < MIN_CALIBRATION_REQUESTS:
+            return None
+        try:
+            return calibrate(points)
+        except FitError:
+            return None
+
+    def refit_with(self, trial: TrialReport, trials: Sequence[TrialReport]) -> StepModel | None:
+        """The step model of ``trial``'s build fitted on its points so far (a trial being
+        measured) beside those of the build's measured ``trials`` and the probe's; kept
+        nowhere (None: too few records)."""
+        key = build_key(trial.params, self.space)
+        members = [t for t in self._groups(trials).get(key, []) if t.number != trial.number]
+        return self._fit(self._points(key, [*members, trial]))
+
+    def update(self, trials: Sequence[TrialReport]) -> dict[str, BuildFit]:
+        """Every build with enough records among ``trials`` (and the probe's), fitted."""
+        for key, members in self._groups(trials).items():
+            n_probe = len(self._probe_of(key))
+            stamp = (tuple((t.number, len(t.points)) for t in members), n_probe)
+            if self.stamps.get(key) == stamp:
+                continue
+            points = self._points(key, members)
+            if (step := self._fit(points)) is None:
+                continue
+            n = sum(sum(r.ok for r in p) for p in points)
+            loads = [x for t in members if t.status == "ok" and (x := self.load_of(t))]
+            params = members[0].params if members else (self.probe.params if self.probe else {})
+            self.fits[key] = BuildFit(
+                build_of(params, self.space),
+                step,
+                [t.number for t in members],
+                n,
+                max(loads, default=None),
+                probe=n_probe > 0,
+            )
+            self.stamps[key] = stamp
+        return self.fits
+
+    def lengths(self, trials: Sequence[TrialReport]) -> list[tuple[int, int]] | None:
+        """The (prompt, output) tokens the run's requests had: those of its first measured
+        point with a completed request, else the probe's decode sweep (None: neither)."""
+        for t in trials:
+            for i in range(len(t.points)):
+                if pairs := lengths_of(self.read(t, i)):
+                    return pairs
+        return self.probe.lengths if self.probe is not None else None
+
+    def nearest(self, params: dict[str, Any]) -> tuple[BuildFit, int] | None:
+        """The calibrated build of ``params``, or the one differing in fewest build knobs
+        (ties: the most recently measured), and how many build knobs differ."""
+        if not self.fits:
+            return None
+        want = build_of(params, self.space)
+
+        def distance(f: BuildFit) -> int:
+            return sum(f.build.get(k) != v for k, v in want.items())
+
+        best = min(self.fits.values(), key=lambda f: (distance(f), -max(f.trials, default=-1)))
+        return best, distance(best)

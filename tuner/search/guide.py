@@ -1,0 +1,438 @@
+"""What the engine measures next: the serving model's choice, and its published error.
+
+Every start of the engine costs minutes, so within a stage the serving model
+(tuner/servemodel/) decides what is worth one:
+
+- **Calibrated builds.** Every build measured so far (the knobs that change kernels or the front
+  end: tuner/servemodel/configs.py) has a step model fitted on the records of its trials'
+  points. For each, an Optuna search on the model (tuner/search/screen.py) screens the simulated
+  knobs (batch limit, token budget, chunked prefill, KV cache), and its best setting becomes a
+  candidate with a ``calibrated`` prediction.
+- **Builds not measured yet** (the stage's hand-seeded candidates, then the best build with one
+  build knob changed) are predicted with the nearest calibrated build's step model, unscaled,
+  and marked ``transferred``: the weaker kind, with ``TRANSFER_SPREAD`` in its interval. A
+  new build costs one measured configuration to calibrate, and the progress line says so.
+- **The choice**: the candidate with the highest expected gain over the best measured score
+  (``expected_gain``: the prediction taken as normal, its model spread as the 90 % half-width),
+  if that gain is at least ``MIN_GAIN`` of the tie band; otherwise the stage stops, with the
+  number of candidates the model screened. A well-predicted configuration is thus measured
+  because the model ranks it well above the best, a transferred one because the model is
+  least sure of it.
+
+Each measured trial keeps the prediction it was chosen on (``TrialReport.predicted``), and,
+once measured, what the same step model predicts at the load its figures were measured at, so
+report.json can give the model's error per metric beside every measurement (``errors``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from scipy.stats import norm
+
+from probes.drift import HORIZON_S
+from probes.records import RequestRecord
+from tuner.report.model_errors import model_errors
+from tuner.report.schema import PredictedReport, TrialReport
+from tuner.search.calibration import BuildFit, Calibration, build_key, probe_points
+from tuner.search.calibration import lengths_of as calibration_lengths
+from tuner.search.screen import screen
+from tuner.search.study import config_key
+from tuner.servemodel.configs import build_label, build_of, kv_bytes_per_token, sim_knobs
+from tuner.servemodel.load import Lengths, cycled
+from tuner.servemodel.predict import (
+    RESOLUTION,
+    Prediction,
+    Simulator,
+    Spread,
+    mean_of,
+    predict,
+)
+from tuner.servemodel.scheduler import SimulationError
+from tuner.servemodel.spreads import Basis, spread_for
+from tuner.servemodel.steptime import StepModel
+from tuner.spaces.knob import Knob
+from tuner.spaces.space import SearchSpace, Stage
+from tuner.storage.records import RecordsMissing, read_records, records_path
+
+if TYPE_CHECKING:
+    from tuner.run.state import RunState
+
+# A candidate is measured only if its expected gain is at least this share of the tie band
+# (times the best score): a prediction level with the best, and as sure as a calibrated one,
+# is not worth a start.
+MIN_GAIN = 0.5
+Z90 = 1.645  # the normal quantile of a 90 % two-sided interval
+SCREEN_TRIALS = 200  # distinct candidates the model screens per calibrated build and proposal
+SCREEN_RESOLUTION = 0.05  # a screened candidate's capacity is bracketed this finely (the tie band)
+# Seconds of arrivals per simulated point of a screened candidate: a screen ranks, and its best
+# two are predicted again with the full horizon and the bootstrap before one is chosen.
+SCREEN_HORIZON_S = 15.0
+
+
+@dataclass
+class Candidate:
+    params: dict[str, Any]  # the stage's knobs
+    prediction: Prediction
+    basis: str
+    build_trials: list[int]
+
+
+@dataclass
+class Guide:
+    """The serving model over one run (see the module docstring)."""
+
+    st: RunState
+    screen_trials: int = SCREEN_TRIALS  # candidates screened per calibrated build and proposal
+    _screened: set[tuple] = field(default_factory=set)  # every configuration predicted
+    _cal: Calibration | None = None
+    _lengths: list[tuple[int, int]] | None = None
+    _pending: StepModel | None = None  # the step model of the trial being measured
+    _chosen: tuple[dict[str, Any], Candidate] | None = None  # the last proposal (full params)
+    # predictions by (the step model's trials and points, the configuration, resamples)
+    _cache: dict[tuple, Candidate | None] = field(default_factory=dict)
+
+    @property
+    def screened(self) -> int:
+        """Distinct configurations the model has predicted (screened) so far."""
+        return len(self._screened)
+
+    @property
+    def space(self) -> SearchSpace:
+        assert self.st.space is not None
+        return self.st.space
+
+    # ------------------------------------------------------------ calibration
+    def lengths(self) -> list[tuple[int, int]] | None:
+        """The (prompt, output) tokens the run's requests had, from the first measured ones."""
+        if self._lengths is not None:
+            return self._lengths
+        found = self.calibration.lengths(self.st.measured())
+        if any(t.points for t in self.st.measured()):  # not the probe's few: kept
+            self._lengths = found
+        return found
+
+    def _records(self, t: TrialReport, i: int) -> list[RequestRecord]:
+        """A point's records, where it was written (relative to the working directory, as
+        the run names it) or where the run folder has moved to."""
+        try:
+            return read_records(records_path(self.st.out, t, t.points[i]))
+        except (RecordsMissing, OSError):
+            return []
+
+    @property
+    def calibration(self) -> Calibration:
+        if self._cal is None:
+            d = self.st.diagnosis
+            self._cal = Calibration(
+                self.space,
+                self._records,
+                self.st.load_of,
+                # the probe ran on the baseline's server: the engine's defaults
+                probe=probe_points(d.records_files, {}, self.st.out / "probe") if d else None,
+            )
+        return self._cal
+
+    def fits(self) -> dict[str, BuildFit]:
+        """Every measured build's step model, refitted where it has new points."""
+        return self.calibration.update(self.st.measured())
+
+    def _key(self, params: dict[str, Any]) -> str:
+        return build_key(params, self.space)
+
+    def _nearest(self, params: dict[str, Any]) -> BuildFit | None:
+        self.fits()
+        found = self.calibration.nearest(params)
+        return found[0] if found else None
+
+    # ------------------------------------------------------------ prediction
+    def spread(self, basis: Basis) -> Spread:
+        """Spreads from the error measured on this run's trials (the probe-only predictions
+        left out: theirs is a weaker kind, with a term of its own)."""
+        measured = model_errors(self.st.measured(), ("calibrated", "transferred"))
+        return spread_for(measured.get("capacity", {}).get("median"), basis)
+
+    def predict(self, params: dict[str, Any], *, resamples: int = 100) -> Candidate | None:
+        """The model's prediction for the full configuration ``params`` (None: no build is
+        calibrated yet, or the configuration cannot be simulated)."""
+        fit = self._nearest(params)
+        pairs = self.lengths()
+        if fit is None or not pairs:
+            return None
+        key = (
+            self.calibration.stamps.get(self._key(fit.build)),
+            config_key(params),
+            resamples,
+            self.errors().get("capacity", {}).get("n"),
+        )
+        if key not in self._cache:
+            self._cache[key] = self._predict(params, fit, pairs, resamples)
+        return self._cache[key]
+
+    def _predict(
+        self, params: dict[str, Any], fit: BuildFit, pairs: list[tuple[int, int]], resamples: int
+    ) -> Candidate | None:
+        basis: Basis = "transferred"
+        if self._key(params) == self._key(fit.build):
+            basis = "calibrated" if fit.trials else "probe"
+        try:
+            knobs = sim_knobs(params, self.space, self._kv_bytes(params))
+            p = predict(
+                fit.step,
+                knobs,
+                self._draw(pairs),
+                self.st.opts.slos,
+                self.st.opts.max_error_rate,
+                self.st.axis.kind,
+                mean_lengths=mean_of(pairs),
+                spread=self.spread(basis),
+                basis=basis,
+                seed=self.st.opts.seed,
+                resamples=resamples,
+                start=fit.load,
+                resolution=SCREEN_RESOLUTION if resamples == 0 else RESOLUTION,
+                horizon_s=SCREEN_HORIZON_S if resamples == 0 else HORIZON_S,
+            )
+        except (SimulationError, ValueError):
+            return None
+        self._screened.add(config_key(params))
+        return Candidate(params, p, p.basis, list(fit.trials) if basis != "transferred" else [])
+
+    def _draw(self, pairs: list[tuple[int, int]]) -> Lengths:
+        return cycled(pairs)
+
+    def _kv_bytes(self, params: dict[str, Any]) -> int | None:
+        return kv_bytes_per_token(self.st.model_path, params.get("kv_cache_dtype"))
+
+    # ------------------------------------------------------------ the choice
+    def propose(self, stage: Stage, carried: dict[str, Any], tried: set[tuple]) -> Candidate | None:
+        """The stage's next configuration to measure, or None: nothing the model screened
+        is expected to gain enough over the best measured configuration."""
+        sim = [k for k in stage.knobs if k.sim is not None and not k.sim_build]
+        fits = self.fits()
+        if not sim or not fits:
+            return None
+        best = self.st.best()
+        cands: list[Candidate] = []
+        top: dict[str, dict[str, Any]] = {}  # per build: its best simulated-knob setting
+        for key, fit in fits.items():
+            found = self._screen_build(stage, carried, fit.build, sim)
+            cands += found
+            if found:
+                top[key] = {k.name: found[0].params[k.name] for k in sim}
+        # A new build takes the simulated knobs the model found best for the build it is
+        # nearest to (the best measured one's), so its first measurement is a good guess too.
+        ref = self._key(best.params) if best is not None else next(iter(fits))
+        sim_values = top.get(ref) or next(iter(top.values()), {})
+        for params in self._new_builds(stage, carried, sim_values, tried):
+            if (c := self.predict({**carried, **params})) is not None:
+                cands.append(Candidate(params, c.prediction, c.basis, c.build_trials))
+        cands = [
+            c
+            for c in cands
+            if config_key(c.params) not in tried and not self._refused(carried, c.params)
+        ]
+        score = (best.score_tokens_per_s or 0.0) if best else 0.0
+        gains = [(expected_gain(c, score), c) for c in cands]
+        worth = [(g, c) for g, c in gains if g >= MIN_GAIN * self.st.opts.tie_band * score]
+        if not worth:
+            return None
+        chosen = max(worth, key=lambda gc: (gc[0], gc[1].prediction.tokens_per_s))[1]
+        self._chosen = ({**carried, **chosen.params}, chosen)
+        return chosen
+
+    def _screen_build(
+        self, stage: Stage, carried: dict[str, Any], build: dict[str, Any], sim: list[Knob]
+    ) -> list[Candidate]:
+        """The best simulated-knob settings of one calibrated build (at most two), each with
+        its prediction, best first."""
+        base = _in_range([k for k in stage.knobs if k not in sim], {**carried, **build})
+
+        def score(values: dict[str, Any]) -> float | None:
+            params = {**base, **values}
+            if self._refused(carried, params):
+                return None
+            c = self.predict({**carried, **params}, resamples=0)
+            return c.prediction.tokens_per_s if c else None
+
+        seeds = [_in_range(sim, {**carried, **build})]
+        if (best := self.st.best()) is not None:
+            seeds.append(_in_range(sim, best.params))
+        ranked = screen(
+            sim, score, n_trials=self.screen_trials, seed=self.st.opts.seed, seeds=seeds
+        )
+        out = []
+        for values, _ in ranked[:2]:
+            params = {**base, **values}
+            if (c := self.predict({**carried, **params})) is not None:
+                out.append(Candidate(params, c.prediction, c.basis, c.build_trials))
+        return out
+
+    def _new_builds(
+        self, stage: Stage, carried: dict[str, Any], sim_values: dict[str, Any], tried: set[tuple]
+    ) -> list[dict[str, Any]]:
+        """Stage settings of builds not measured yet: the space's candidates' builds while any
+        is left (each the best of a grid measured elsewhere: a stronger prior than a knob
+        changed at random, which the model, transferring one build's step times to another,
+        cannot rank), then the best build with one of the stage's build knobs changed. Either
+        takes its simulated knobs at ``sim_values`` (the model's best for the build it is
+        predicted with), not a candidate's own: predicted as well as the best calibrated
+        setting, and less surely, a new build is measured before the calibrated ones (the
+        README command on the Xeon measured a 508-sequence setting of the defaults' build
+        first, since a candidate's own 128 sequences were predicted lower, and never reached
+        the build with both cores, 1.5x faster)."""
+        known = set(self.fits())
+        best = self.st.best()
+        base = _in_range(stage.knobs, best.params if best else carried) | sim_values
+        # a candidate names some knobs; the others as the base has them (in range), so what is
+        # measured is what was predicted
+        sim = {k.name for k in stage.knobs if k.sim is not None and not k.sim_build}
+        builds = [{k: v for k, v in c.items() if k not in sim} for c in stage.candidates]
+        out = [
+            base | c
+            for c in builds
+            if self._key({**carried, **c}) not in known and config_key(base | c) not in tried
+        ]
+        if out:
+            return out
+        for knob in stage.knobs:
+            if knob.sim is not None and not knob.sim_build:
+                continue
+            if knob.type == "bool":
+                values: list[Any] = [not base[knob.name]]
+            elif knob.type == "categorical" and knob.choices:
+                values = [v for v in knob.choices if v != base[knob.name]]
+            else:
+                continue
+            for v in values:
+                params = {**base, knob.name: v}
+                if self._key({**carried, **params}) not in known:
+                    out.append(params)
+        return out
+
+    def _refused(self, carried: dict[str, Any], params: dict[str, Any]) -> bool:
+        return self.space.broken_rule({**carried, **params}, self.st.ctx) is not None
+
+    # ------------------------------------------------------------ within a trial
+    def aim(self, trial: TrialReport) -> float | None:
+        """The capacity (a load) the model predicts for ``trial``, being measured, refitted on
+        its build's points with the trial's own so far (None: too few records, or no
+        capacity): where its capacity search goes next (tuner/scoring/capacity.py ``aim``). Every
+        measurement recalibrates its build, within the trial too."""
+        if not trial.points:
+            return None
+        pairs = calibration_lengths(self._records(trial, 0)) or self.lengths()
+        step = self.calibration.refit_with(trial, self.st.measured())
+        if step is None or not pairs:
+            return None
+        try:
+            p = predict(
+                step,
+                sim_knobs(trial.params, self.space, self._kv_bytes(trial.params)),
+                self._draw(pairs),
+                self.st.opts.slos,
+                self.st.opts.max_error_rate,
+                self.st.axis.kind,
+                mean_lengths=mean_of(pairs),
+                seed=self.st.opts.seed,
+                resamples=0,
+                start=max(self.st.point_load(q) for q in trial.points),
+            )
+        except (SimulationError, ValueError):
+            return None
+        return p.load
+
+    # ------------------------------------------------------------ the published error
+    def report(self, c: Candidate) -> PredictedReport:
+        p = c.prediction
+        at = p.at_capacity
+        return PredictedReport(
+            basis=c.basis,
+            build_trials=c.build_trials,
+            load=p.load,
+            load_low=p.load_low,
+            load_high=p.load_high,
+            tokens_per_s=p.tokens_per_s,
+            low=p.low,
+            high=p.high,
+            ttft_ms_p99=at.ttft_ms_p99 if at else None,
+            tpot_ms_p50=at.tpot_ms_p50 if at else None,
+        )
+
+    def before(self, params: dict[str, Any]) -> PredictedReport | None:
+        """The prediction for a configuration about to be measured (None where none can be
+        made yet: the run's first build)."""
+        c = self._chosen[1] if self._chosen and self._chosen[0] == params else None
+        c = c or self.predict(params)
+        self._chosen = None
+        if c is None:
+            return None
+        fit = self._nearest(params)
+        self._pending = fit.step if fit is not None else None
+        return self.report(c)
+
+    def after(self, t: TrialReport) -> None:
+        """Once ``t`` is measured: what its prediction's step model says at the load of its
+        measured figures, so the two are compared at the same load."""
+        step, self._pending = self._pending, None
+        pred = t.predicted
+        if pred is None or step is None or t.metrics is None or not t.points:
+            return
+        ref = next((p for p in t.points if p.metrics == t.metrics), None)
+        x = self.st.point_load(ref) if ref is not None else None
+        pairs = self.lengths()
+        if x is None or not pairs:
+            return
+        try:
+            knobs = sim_knobs(t.params, self.space, self._kv_bytes(t.params))
+            sim = Simulator(
+                step,
+                knobs,
+                self._draw(pairs),
+                self.st.opts.slos,
+                self.st.opts.max_error_rate,
+                self.st.axis.kind,
+                self.st.opts.seed,
+            )
+            q = sim.point(x)
+        except (SimulationError, ValueError):
+            return
+        pred.at_load, pred.ttft_ms_p99_at_load, pred.tpot_ms_p50_at_load = (
+            x,
+            q.ttft_ms_p99,
+            q.tpot_ms_p50,
+        )
+
+    def errors(self) -> dict[str, dict[str, float]]:
+        """The model's relative error per metric over the run's measured trials (median and
+        worst of |predicted / measured - 1|, and how many trials)."""
+        return model_errors(self.st.measured())
+
+    def label(self, params: dict[str, Any]) -> str:
+        return build_label(build_of(params, self.space), self.space)
+
+
+def _in_range(knobs: list[Knob], params: dict[str, Any]) -> dict[str, Any]:
+    """``params``' values of ``knobs``, each brought into the knob's searched range (an
+    engine default may lie outside it), or the knob's default where it has none."""
+    out: dict[str, Any] = {}
+    for k in knobs:
+        v = params.get(k.name, k.default)
+        if k.type in ("int", "float") and k.low is not None and k.high is not None:
+            v = min(max(v if v is not None else k.low, k.low), k.high)
+            v = int(v) if k.type == "int" else float(v)
+        elif k.choices is not None and v not in k.choices:
+            v = k.choices[0]
+        out[k.name] = v
+    return out
+
+
+def expected_gain(c: Candidate, best: float) -> float:
+    """Expected improvement over the best measured score (tokens/s), taking the prediction
+    as normal with its model spread as the 90 % half-width (the run-to-run term is left
+    out: it is the measurement's noise, not the model's doubt)."""
+    mu = c.prediction.tokens_per_s
+    sigma = max(c.prediction.spread_model * mu / Z90, 1e-9)
+    z = (mu - best) / sigma
+    return float(sigma * (z * norm.cdf(z) + norm.pdf(z)))
