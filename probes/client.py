@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import math
-import random
 import time
 from collections.abc import AsyncIterable, Callable, Sequence
 from dataclasses import dataclass
@@ -29,6 +28,7 @@ from dataclasses import dataclass
 import aiohttp
 import orjson
 
+from probes.arrivals import poisson_offsets
 from probes.records import RequestRecord
 from probes.workload import PreparedRequest
 
@@ -375,12 +375,6 @@ def arrival_offsets(n: int, rate_rps: float, seed: int) -> list[float]:
     the N gaps add up to exactly N/R. That is a Poisson process conditioned on N arrivals in
     N/R seconds, so the load offered is the load the point is judged at. Unscaled, 505
     arrivals at 3.72/s spanned 150 s in one confirmation (3.36/s offered; the span's standard
-    deviation is sqrt(N)/R, 4.4 % of it there). vLLM's benchmark client scales the same way."""
-    rng = random.Random(seed)
-    gaps = [rng.expovariate(rate_rps) for _ in range(n)]
-    scale = (n / rate_rps) / sum(gaps) if n else 1.0
-    offsets, t = [], 0.0
-    for g in gaps:
-        offsets.append(t)
-        t += g * scale
-    return offsets
+    deviation is sqrt(N)/R, 4.4 % of it there). vLLM's benchmark client scales the same way.
+    (probes.arrivals.poisson_offsets, beside the other arrival processes.)"""
+    return poisson_offsets(n, rate_rps, seed)

@@ -1,4 +1,4 @@
-"""Workloads: what requests the load client sends.
+"""Workloads: what requests the load client sends, and when (``--workload``).
 
 - ``synthetic:input=128,output=64``: fixed lengths, sent to ``/v1/completions`` with exactly
   ``input`` prompt tokens counted with the model's own tokenizer (checked later against the
@@ -15,127 +15,101 @@
   message's text), unless its line says ``"shared_prefix": true``: then it is sent as written,
   for a workload whose requests share prefixes on purpose.
 
+Workloads with the shape of real traffic (probes.spec parses them), each prompt exact in its
+tokens like the above:
+
+=================================================  ==========================================
+``...,in_p99=4096`` / ``...,out_p99=1024``         that length lognormal, of mean ``input``
+                                                   (``output``) and this p99 (probes.lengths),
+                                                   clipped to ``in_min``..``in_max``: by
+                                                   default 32 (plus ``prefix_len``) and 4 x
+                                                   p99; ``out_min`` 1. ``dist=fixed|uniform|
+                                                   lognormal`` may say it too; not with spread
+``...,prefix_groups=4,prefix_len=256``             4 system prompts of exactly 256 tokens;
+``[,prefix_share=0.8]``                            80 % of requests (default all) start with
+                                                   one, drawn at random (probes.prefixes);
+                                                   the input counts it and must exceed it
+``...,turns=3[,sessions=8]``                       3-turn sessions: a later turn's prompt is
+                                                   the earlier one's, a stand-in answer of its
+                                                   output's length and a new ``input``-long
+                                                   part; 8 sessions side by side
+``...,arrivals=gamma,cv=2`` (or ``burstiness=``)   gamma gaps of coefficient of variation 2
+                                                   (vLLM's ``--burstiness`` = 1/cv²) instead
+                                                   of Poisson (probes.arrivals)
+``pairs:FILE[,order=sample]``                      lengths from a CSV/JSONL of (input, output)
+                                                   token pairs, cycled or drawn at random; it
+                                                   takes the prefix, turns and arrivals keys
+``trace:FILE[,scale=1.0][,block=512]``             a trace replayed at its own times (Azure's
+                                                   or Mooncake's columns; probes.trace),
+                                                   ``scale`` times as fast; Mooncake's
+                                                   ``hash_ids`` become shared prefix blocks
+=================================================  ==========================================
+
+A workload's arrivals at a load: ``arrival_schedule`` (the load is a rate in requests/s, or a
+trace's time scale: ``load_axis``). ``probes.describe`` describes a workload and what it sent
+for report.json.
+
 Request bodies are serialised once, before the clock starts, to keep the client lean.
 """
 
 from __future__ import annotations
 
 import random
-import re
-from collections.abc import Sequence
-from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
-from typing import Any, Literal, Protocol, cast
+from typing import Any, Literal
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field
 
-CORPUS = Path(__file__).parent / "data" / "corpus.txt"
+from probes import spec as specs
+from probes.arrivals import offsets, trace_offsets
+from probes.compose import prepare_generated, prepare_trace
+from probes.kinds import (
+    FileItem,
+    FileWorkload,
+    Generated,
+    PairsWorkload,
+    PreparedRequest,
+    SyntheticWorkload,
+    Workload,
+)
+from probes.prefixes import PrefixGroups
+from probes.prompts import PromptBuilder, Tokenizer, WorkloadError, synthetic_prompt
+from probes.trace import TraceWorkload
+
+__all__ = [
+    "FileItem",
+    "FileWorkload",
+    "PairsWorkload",
+    "PreparedRequest",
+    "SyntheticWorkload",
+    "Tokenizer",
+    "TraceWorkload",
+    "Workload",
+    "WorkloadError",
+    "arrival_schedule",
+    "check_buildable",
+    "load_axis",
+    "parse_workload",
+    "prepare_requests",
+    "synthetic_prompt",
+]
+
 DEFAULT_FILE_MAX_TOKENS = 128
 
 
-class WorkloadError(ValueError):
-    """A malformed workload spec or file; the message names the spec or the line."""
-
-
-class Tokenizer(Protocol):
-    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]: ...
-    def decode(self, ids: Sequence[int]) -> str: ...
-
-
-@dataclass(slots=True, frozen=True)
-class PreparedRequest:
-    """One request ready to send: the path, the serialised body, the prompt tokens expected."""
-
-    path: str  # "/v1/completions" or "/v1/chat/completions"
-    body: bytes
-    chat: bool
-    prompt_tokens: int | None
-    max_tokens: int
-
-
-class SyntheticWorkload(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    kind: Literal["synthetic"] = "synthetic"
-    input_len: int = Field(gt=0)
-    output_len: int = Field(gt=0)
-    spread: float = Field(default=0.0, ge=0.0, lt=1.0)  # lengths uniform over +-spread
-
-    @property
-    def label(self) -> str:
-        tail = f",spread={self.spread:g}" if self.spread else ""
-        return f"synthetic:input={self.input_len},output={self.output_len}{tail}"
-
-    def lengths(self, rng: random.Random) -> tuple[int, int]:
-        """One request's (prompt, output) token counts: fixed, or uniform over +-spread."""
-        if not self.spread:
-            return self.input_len, self.output_len
-
-        def draw(n: int) -> int:
-            return rng.randint(max(1, round(n * (1 - self.spread))), round(n * (1 + self.spread)))
-
-        return draw(self.input_len), draw(self.output_len)
-
-    @property
-    def shortest_input(self) -> int:
-        return max(1, round(self.input_len * (1 - self.spread))) if self.spread else self.input_len
-
-
-class FileItem(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    prompt: str | None = None
-    messages: list[dict[str, Any]] | None = None
-    max_tokens: int | None = Field(default=None, gt=0)
-    shared_prefix: bool = False  # sent as written: no salted prefix (shares prefixes on purpose)
-
-
-class FileWorkload(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    kind: Literal["file"] = "file"
-    path: str
-    items: tuple[FileItem, ...]
-
-    @property
-    def label(self) -> str:
-        return self.path
-
-
-Workload = SyntheticWorkload | FileWorkload
-
-_SYN_KEYS = {"input": "input_len", "output": "output_len"}
-_SYN_FORM = "synthetic:input=128,output=64[,spread=0.5]"
-
-
 def parse_workload(spec: str) -> Workload:
-    """Parse ``--workload``: ``synthetic:input=N,output=M`` or a path to a JSONL file.
+    """Parse ``--workload``: ``synthetic:...``, ``pairs:FILE...``, ``trace:FILE...`` or a path
+    to a JSONL file.
 
     Raises:
         WorkloadError: naming the bad spec, key or line number.
     """
     if spec == "synthetic" or spec.startswith("synthetic:"):
-        body = spec[len("synthetic") :].lstrip(":")
-        values: dict[str, int] = {}
-        spread = 0.0
-        for part in filter(None, body.split(",")):
-            m = re.fullmatch(r"\s*(\w+)\s*=\s*(\d+(?:\.\d+)?)\s*", part)
-            if m and m[1] == "spread":
-                spread = float(m[2])
-                if not 0.0 <= spread < 1.0:
-                    raise WorkloadError(f"workload {spec!r}: spread must be in [0, 1), e.g. 0.5")
-                continue
-            if not m or m[1] not in _SYN_KEYS or "." in m[2]:
-                raise WorkloadError(f"workload {spec!r}: bad part {part!r}; form: {_SYN_FORM}")
-            values[_SYN_KEYS[m[1]]] = int(m[2])
-        missing = [k for k, v in _SYN_KEYS.items() if v not in values]
-        if missing:
-            raise WorkloadError(f"workload {spec!r} lacks {', '.join(missing)}")
-        if min(values.values()) <= 0:
-            raise WorkloadError(f"workload {spec!r}: lengths must be positive")
-        return SyntheticWorkload(**values, spread=spread)
+        return specs.parse_synthetic(spec)
+    if spec.startswith("pairs:"):
+        return specs.parse_pairs(spec)
+    if spec.startswith("trace:"):
+        return specs.parse_trace(spec)
     return load_file_workload(Path(spec))
 
 
@@ -167,40 +141,6 @@ def load_file_workload(path: Path) -> FileWorkload:
     return FileWorkload(path=str(path), items=tuple(items))
 
 
-@lru_cache(maxsize=4)
-def _corpus_ids(tokenizer: Any) -> tuple[int, ...]:
-    text = CORPUS.read_text(encoding="utf-8")
-    return tuple(tokenizer.encode(text, add_special_tokens=False))
-
-
-def synthetic_prompt(
-    tokenizer: Tokenizer, n_tokens: int, salt: str, rng: random.Random, tries: int = 20
-) -> str:
-    """A prompt of exactly ``n_tokens`` tokens (special tokens included, as servers count them).
-
-    The prompt starts with ``salt`` (distinct per request) followed by a window of the corpus.
-    Decoding then re-encoding can merge tokens at the seams, so the length is checked and the
-    window moved until it matches.
-
-    Raises:
-        WorkloadError: if no window gives the exact length (n_tokens too small for the salt).
-    """
-    corpus = _corpus_ids(cast(Any, tokenizer))
-    n_special = len(tokenizer.encode("", add_special_tokens=True))
-    salt_ids = tokenizer.encode(salt, add_special_tokens=False)
-    for _ in range(tries):
-        need = n_tokens - n_special - len(salt_ids)
-        if need < 0:
-            break
-        start = rng.randrange(len(corpus))
-        body = [corpus[(start + i) % len(corpus)] for i in range(need)]
-        text = salt + tokenizer.decode(body)
-        got = len(tokenizer.encode(text, add_special_tokens=True))
-        if got == n_tokens:
-            return text
-    raise WorkloadError(f"could not build a prompt of exactly {n_tokens} tokens")
-
-
 def check_buildable(workload: Workload, tokenizer: Tokenizer | None) -> None:
     """Whether the workload's shortest prompt can be built with this tokenizer, before any
     engine starts (a request's salt and the special tokens take some of its tokens).
@@ -208,10 +148,17 @@ def check_buildable(workload: Workload, tokenizer: Tokenizer | None) -> None:
     Raises:
         WorkloadError: the prompts cannot be built, with the shortest input that can.
     """
-    if not isinstance(workload, SyntheticWorkload):
+    if isinstance(workload, FileWorkload):
         return
     if tokenizer is None:
-        raise WorkloadError("a synthetic workload needs the model's tokenizer")
+        raise WorkloadError(f"a {workload.kind} workload needs the model's tokenizer")
+    if isinstance(workload, TraceWorkload):
+        return  # a row too short for its salt is sent without it: any length builds
+    if workload.prefix is not None:
+        _check_prefixed(workload, workload.prefix, tokenizer)
+        return
+    if isinstance(workload, PairsWorkload):
+        return  # like a trace's rows
     n = workload.shortest_input
     salt = "[ffffffff-99999] "  # as long as a run's salts get
     try:
@@ -233,6 +180,52 @@ def check_buildable(workload: Workload, tokenizer: Tokenizer | None) -> None:
         ) from None
 
 
+def _check_prefixed(workload: Generated, prefix: PrefixGroups, tokenizer: Tokenizer) -> None:
+    """Whether a prefix group's prompt of the shortest input builds: its shared prefix, then
+    at least one token of its own.
+
+    Raises:
+        WorkloadError: with the shortest input that can be built.
+    """
+    builder = PromptBuilder(tokenizer, random.Random(0))
+    head = builder.shared([("ffffffff:g0", prefix.length)])
+    n = workload.shortest_input
+    try:
+        builder.extend(head, n - len(head.ids), "[ffffffff-99999] ")
+    except WorkloadError:
+        specials = len(head.ids) - prefix.length
+        with_specials = f" and {specials} special token(s)" if specials else ""
+        raise WorkloadError(
+            f"workload {workload.label}: a prompt of {n} tokens (its shortest) leaves no room "
+            f"after its {prefix.length}-token shared prefix{with_specials} for a part "
+            f"of its own; the shortest that can is {len(head.ids) + 1} tokens"
+        ) from None
+
+
+def load_axis(workload: Workload) -> Literal["rate_rps", "time_scale"]:
+    """What ``arrival_schedule``'s load means for this workload: a rate in requests/s, or a
+    trace's time scale (1 = its own times, 2 = twice as fast)."""
+    return "time_scale" if isinstance(workload, TraceWorkload) else "rate_rps"
+
+
+def arrival_schedule(workload: Workload, n: int, load: float, seed: int) -> list[float]:
+    """The open-loop arrival times of ``n`` requests at ``load``, in seconds from the first.
+
+    A trace replays its own times divided by ``load`` (its time scale: ``load_axis``), request
+    i at its row i (as ``prepare_requests`` builds them; its spec's ``scale`` is the load for
+    a run that does not sweep it); every other workload arrives at
+    ``load`` requests/s, by its own ``arrivals`` process (gamma) or Poisson, which is exactly
+    ``probes.client.arrival_offsets`` for the same seed.
+
+    Raises:
+        ValueError: a load that is not above 0.
+    """
+    if isinstance(workload, TraceWorkload):
+        return trace_offsets(workload.times_s, n, load)
+    process = None if isinstance(workload, FileWorkload) else workload.arrivals
+    return offsets(process, n, load, seed)
+
+
 def prepare_requests(
     workload: Workload,
     n: int,
@@ -243,7 +236,8 @@ def prepare_requests(
     ignore_eos: bool = True,
     extra_body: dict[str, Any] | None = None,
 ) -> list[PreparedRequest]:
-    """Build ``n`` requests (a file workload is cycled) with a salt drawn from ``seed``.
+    """Build ``n`` requests (a file workload is cycled, a trace in time order) with a salt
+    drawn from ``seed``; prefixes are shared only where the workload asks (probes.compose).
 
     Greedy sampling (temperature 0), streamed, with usage in the last chunk. The caller gives
     a fresh ``seed`` per call (drawn from the run's random salt), so no two calls, and no two
@@ -259,7 +253,7 @@ def prepare_requests(
         **(extra_body or {}),
     }
     out: list[PreparedRequest] = []
-    if isinstance(workload, SyntheticWorkload):
+    if isinstance(workload, SyntheticWorkload) and not workload.shares_prefixes:
         if tokenizer is None:
             raise WorkloadError("a synthetic workload needs the model's tokenizer")
         for i in range(n):
@@ -270,6 +264,22 @@ def prepare_requests(
                 body["ignore_eos"] = True
             out.append(PreparedRequest("/v1/completions", orjson.dumps(body), False, n_in, n_out))
         return out
+    if not isinstance(workload, FileWorkload):
+        if tokenizer is None:
+            raise WorkloadError(f"a {workload.kind} workload needs the model's tokenizer")
+
+        def emit(prompt: str, n_in: int, n_out: int, shared: int) -> PreparedRequest:
+            body = {**common, "prompt": prompt, "max_tokens": n_out}
+            if ignore_eos:
+                body["ignore_eos"] = True
+            return PreparedRequest(
+                "/v1/completions", orjson.dumps(body), False, n_in, n_out, shared
+            )
+
+        builder = PromptBuilder(tokenizer, rng)
+        if isinstance(workload, TraceWorkload):
+            return prepare_trace(workload, n, builder, run_salt, emit)
+        return prepare_generated(workload, n, builder, run_salt, emit)
     for i in range(n):
         item = workload.items[i % len(workload.items)]
         max_tokens = item.max_tokens or DEFAULT_FILE_MAX_TOKENS
