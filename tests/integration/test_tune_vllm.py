@@ -208,13 +208,18 @@ def _serve_from_the_exports(folder: Path, env: dict[str, str], tmp_path: Path) -
 
 @pytest.mark.timeout(900)
 def test_quality_gate_and_exactness_on_the_embedded_default(tmp_path: Path) -> None:
-    """A quantised KV cache is measured against the baseline's perplexity, and n-gram
-    speculation against the greedy outputs of the configuration it started from."""
+    """An fp8 KV cache is measured against the baseline's perplexity and refused by a quality
+    limit under its degradation (+0.46 % on the AMD machines, +0.56 % on the Xeon: 0.1 % is
+    far under both), and n-gram speculation is checked against the greedy outputs of the
+    configuration it started from. A quality gate that always holds fails here; the exactness
+    check's own verdicts, where they are known, are in test_exactness_vllm.py."""
+    if not template_context(detect_hardware())["avx512"]:
+        pytest.skip("vLLM's CPU backend starts an fp8 KV cache only with AVX-512 or AMX")
     before = {p.pid for p in _engine_processes()}
     report, folder = api.tune(
         TuneOptions(
             model="smollm2-135m",
-            slos=parse_slos(["ttft=20s", "quality=5%"]),
+            slos=parse_slos(["ttft=20s", "quality=0.1%"]),
             workload=parse_workload("synthetic:input=64,output=16"),
             trials=2,
             output_dir=tmp_path,
@@ -236,43 +241,39 @@ def test_quality_gate_and_exactness_on_the_embedded_default(tmp_path: Path) -> N
     )
     data = json.loads((folder / "report.json").read_text())
     assert data["status"] == "complete"
-    assert data["quality_slo"] == {"max_degradation_pct": 5.0, "default": False}
+    assert data["quality_slo"] == {"max_degradation_pct": 0.1, "default": False}
     quant, spec = data["trials"]
-    # An fp8 KV cache where vLLM's CPU backend can start one (AVX-512 or AMX), else the CI
-    # space's float32 stand-in: either way a numerics change the quality gate measures.
-    fp8 = bool(template_context(detect_hardware())["avx512"])
-    want = (
-        {"kv_cache_dtype": "fp8", "dtype": "auto"}
-        if fp8
-        else {"kv_cache_dtype": "auto", "dtype": "float32"}
-    )
-    assert quant["stage"] == "quantisation" and quant["params"] == want, quant
+    assert quant["stage"] == "quantisation" and quant["params"] == {"kv_cache_dtype": "fp8"}
+    assert "--kv-cache-dtype" in quant["launch_command"]
+    assert quant["status"] == "ok", quant
     q = quant["quality"]
-    assert q is not None and q["metric"] == "perplexity" and q["limit_pct"] == 5.0
+    assert q is not None and q["metric"] == "perplexity" and q["limit_pct"] == 0.1
     assert q["baseline_value"] > 1 and q["value"] > 1
     assert q["degradation_pct"] == pytest.approx((q["value"] / q["baseline_value"] - 1) * 100)
-    if quant["status"] == "ok":
-        assert quant["metrics"]["quality"] == q
+    # the gate's verdict: fp8 degrades perplexity by more than the limit, so it is refused
+    assert q["degradation_pct"] > 0.1
+    assert q["holds"] is False
+    assert quant["metrics"]["quality"] == q
+    assert quant["rejected"] and quant["rejected"].startswith("quality: perplexity degraded")
+    rec = data["recommended"]
+    assert rec is not None  # the baseline holds a 20 s TTFT
+    assert rec["from_trial"] != quant["number"]
+    # speculation starts from the best configuration that was not refused: the baseline
     assert spec["stage"] == "speculative" and spec["params"]["speculative_method"] == "ngram"
     assert "--speculative-config" in spec["launch_command"]
+    assert "--kv-cache-dtype" not in spec["launch_command"]
     assert spec["status"] == "ok", spec
     m = spec["metrics"]
     assert m["acceptance_rate"] is not None and 0 <= m["acceptance_rate"] <= 1
     assert m["mean_acceptance_length"] >= 1
     ex = spec["exactness"]
-    assert ex["checked"] is True and ex["prompts"] == 8
-    assert ex["reference_trial"] in (0, quant["number"])
-    if ex["identical"]:
-        assert ex["first_divergence"] is None and not spec["rejected"]
-    else:  # a finding, recorded with its position; not recommended without the user's consent
-        d = ex["first_divergence"]
-        assert d["position"] >= 0 and d["prompt"] and spec["rejected"]
-        assert data["recommended"] is None or data["recommended"]["from_trial"] != spec["number"]
+    assert ex["checked"] is True and ex["prompts"] == 8 and ex["reference_trial"] == 0
+    # whichever it found, the check's finding and the trial's fate agree
+    assert (ex["first_divergence"] is None) == ex["identical"]
+    assert bool(spec["rejected"]) == (not ex["identical"])
     assert data["exactness"] is not None and data["exactness"]["checked"] is True
     assert data["comparisons"] == []
     # baseline, the two trials, and the confirmation unless the baseline stayed best
-    rec = data["recommended"]
-    assert rec is not None  # the baseline holds a 20 s TTFT
     assert data["timing"]["engine_starts"] == 3 + (rec["from_trial"] != 0)
     md = (folder / "report.md").read_text()
     assert "## Stage by stage" in md and "Exactness of speculative decoding" in md
