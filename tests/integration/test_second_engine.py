@@ -1,8 +1,7 @@
 """The second engine and the endpoint mode on the embedded default, on real servers.
 
 - ``transformers serve``: a short tuning whose batching stage measures continuous against
-  static batching (the contrast figure), with the quality gate's fallback (no prompt
-  log-probabilities there: greedy-token agreement).
+  static batching (the contrast figure).
 - ``--engine endpoint``: nothing launched; against a vLLM server and a transformers server
   started here by hand (the transformers one has not served a request before autotune attaches).
 Kept small for CI; it asserts no times.
@@ -70,9 +69,9 @@ def test_transformers_continuous_over_static(tmp_path: Path) -> None:
     stage = data["stages"][0]
     c = stage["contrast"]
     assert c is not None and c["knob"] == "continuous_batching"
-    if trial["status"] == "ok":
-        assert c["factor"] == pytest.approx(c["on_score"] / c["off_score"])
-        assert c["off_trial"] == 0 and c["on_trial"] == trial["number"]
+    assert trial["status"] == "ok", trial
+    assert c["factor"] == pytest.approx(c["on_score"] / c["off_score"])
+    assert c["off_trial"] == 0 and c["on_trial"] == trial["number"]
     for t in (base, trial):
         for p in t["points"]:
             assert p["metrics"]["n_out_source"] == "usage"  # no ignore_eos: real lengths
@@ -122,10 +121,9 @@ def test_endpoint_against_a_server_started_by_hand(engine_name: str, tmp_path: P
     rec = data["recommended"]
     assert rec is not None and rec["launch_command"] is None
     assert all("not tuned" in s["reason"] for s in data["stages"])
-    out_source = rec["metrics"]["n_out_source"]
-    assert out_source == "usage"
-    if engine_name == "vllm":
-        assert rec["metrics"]["mean_output_tokens"] == 16  # ignore_eos was accepted
+    assert rec["metrics"]["n_out_source"] == "usage"
+    # at most what was asked (vLLM takes ignore_eos and gives exactly 16: test_tune_vllm.py)
+    assert 0 < rec["metrics"]["mean_output_tokens"] <= 16
 
 
 def _wait_health(srv: ServerProcess, timeout_s: float = 400) -> None:
