@@ -22,6 +22,7 @@ from tuner.engines.hardware import Hardware
 from tuner.engines.vllm import VLLM_SERIES
 from tuner.options import TuneOptions
 from tuner.run.runner import Runner
+from tuner.run.stall import StallRule
 
 ROOT = Path(__file__).resolve().parents[2]
 FAKE = ROOT / "tests" / "fakes" / "openai_server.py"
@@ -717,28 +718,22 @@ def test_a_baseline_no_load_can_serve_is_not_searched_and_trial_1_starts_from_it
 
 
 @pytest.mark.timeout(120)
-def test_a_point_broken_by_a_stall_at_its_start_is_measured_again_once(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_point_broken_by_a_stall_at_its_start_is_measured_again_once(tmp_path: Path) -> None:
     # Which records are a stall is probes/transient.py's (tests/unit/test_transient.py); here
     # the first broken point is called one, and the search must measure it again, once, and
     # keep the first try out of its points.
-    import tuner.run.recommend as recommend_mod
-    import tuner.run.trial as trial_mod
-
     calls: list[int] = []
 
     def first_only(records: object, slos: object) -> bool:
         calls.append(1)
         return len(calls) == 1
 
-    monkeypatch.setattr(trial_mod, "disturbed_at_start", first_only)
-    # The confirmation has a stall rule of its own (its test is below): kept out of this one,
-    # whose baseline confirmation writes beside the search's points.
-    monkeypatch.setattr(recommend_mod, "disturbed_at_start", lambda *a, **kw: False)
+    # The confirmation's stall rule (its test is below) is kept out of this one, whose
+    # baseline confirmation writes beside the search's points.
+    stalls = StallRule(point=first_only, confirmation=lambda *a, **kw: False)
     opts = _options(tmp_path, trials=0, start_concurrency=16)  # above the fake's capacity
     lines: list[str] = []
-    runner = Runner(opts, lines.append, engine=FakeEngine(), hardware=HW)
+    runner = Runner(opts, lines.append, engine=FakeEngine(), hardware=HW, stalls=stalls)
     report = runner.run()
     base = report.baseline
     assert base is not None and base.points
@@ -756,23 +751,21 @@ def test_a_point_broken_by_a_stall_at_its_start_is_measured_again_once(
 
 @pytest.mark.timeout(120)
 def test_a_confirmation_try_disturbed_at_its_start_is_measured_again_once_at_its_load(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path,
 ) -> None:
     # With a headroom no try can meet, every confirmation try misses it, and every one is
     # called a stall (which records are one is probes/transient.py's): the first must be
     # measured again at the same load, and only once however often it is called one.
-    import tuner.run.recommend as recommend_mod
-
     asked: list[dict[str, object]] = []
 
     def always(records: list[object], slos: object, **kw: object) -> bool:
         asked.append({"n": len(records), **kw})
         return True
 
-    monkeypatch.setattr(recommend_mod, "disturbed_at_start", always)
     opts = _options(tmp_path, slos=parse_slos(["ttft@p50=300ms"]), trials=0, headroom=0.999)
     lines: list[str] = []
-    runner = Runner(opts, lines.append, engine=FakeEngine(), hardware=HW)
+    stalls = StallRule(confirmation=always)
+    runner = Runner(opts, lines.append, engine=FakeEngine(), hardware=HW, stalls=stalls)
     report = runner.run()
     rec = report.recommended
     assert rec is not None and rec.meets_slo is False and rec.tries

@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from probes.metrics import LoadMetrics
-from probes.transient import disturbed_at_start
 from tuner.engines.base import EngineDied, EngineStartError, RunningServer, raise_if_died
 from tuner.report.schema import ConfirmTry, Recommendation, TrialReport
 from tuner.run import sizing, stall, stop
@@ -117,13 +116,12 @@ def confirm_on(
             )
         m = measurer.measure(server, x, n, st.model_path, room=room_for(x, n))
         j = measurer.judge(m)
-        if (
-            not stalled
-            and not roomy(j.verdict, opts.headroom)
-            and disturbed_at_start(m.records, measurer.slos, headroom=opts.headroom, planned=n)
-            and may_try(x) is None
-            and n_for(x) >= n  # as many requests again: never a full try for a short one
-        ):
+        if stall.again_try(
+            ev.stalls, m.records, measurer.slos, missed=not roomy(j.verdict, opts.headroom),
+            headroom=opts.headroom, planned=n, measured_again=stalled,
+            # as many requests again: never a full try for a short one
+            budget_left=may_try(x) is None and n_for(x) >= n,
+        ):  # fmt: skip
             # A stall at the try's start, not the load (probes/transient.py): once, at the
             # same load, before it steps the claim down.
             stalled = True

@@ -51,6 +51,7 @@ from tuner.run.checkpoint import Replay
 from tuner.run.gates import QualityGate
 from tuner.run.measure import PointMeasurer
 from tuner.run.recommend import recommend
+from tuner.run.stall import StallRule
 from tuner.run.state import RunState
 from tuner.run.target import AttachedTarget, make_target
 from tuner.run.trial import Evaluator
@@ -83,6 +84,7 @@ class Runner:
         hardware: Hardware | None = None,
         tokenizer_loader: Callable[[str], Tokenizer] | None = None,
         resume: Path | None = None,
+        stalls: StallRule | None = None,
     ) -> None:
         engine = engine or get_engine(opts.engine)
         clock = PhaseTimes()
@@ -132,7 +134,7 @@ class Runner:
         st = self.state
         self.target = make_target(opts, engine, st.hw, clock, run_id, tokenizer_loader)
         st.launches = self.target.launches
-        self.evaluator = Evaluator(st, self.target)
+        self.evaluator = Evaluator(st, self.target, stalls)
 
     @property
     def out(self) -> Path:

@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 from probes.diagnose import run_diagnosis
-from probes.transient import disturbed_at_start
 from tuner.engines.base import EngineDied, EngineStartError, RunningServer, raise_if_died
 from tuner.report.schema import PointReport, PredictedReport, TrialReport, dump_json, write_atomic
 from tuner.run import checkpoint, reach, recommend, side_by_side, sizing, stall, stop
@@ -30,6 +29,7 @@ from tuner.run.gate_steps import GateSteps
 from tuner.run.measure import point_line
 from tuner.run.scoring import abandon_reason, under_capacity
 from tuner.run.scoring import describe as describe_estimate
+from tuner.run.stall import StallRule
 from tuner.run.state import RunState
 from tuner.run.target import Target
 from tuner.scoring.capacity import PointOutcome, find_capacity
@@ -50,7 +50,7 @@ PREDICTED_DESCEND = 0.88
 class Evaluator:
     """Measures configurations on the run's target into the run's state."""
 
-    def __init__(self, st: RunState, target: Target) -> None:
+    def __init__(self, st: RunState, target: Target, stalls: StallRule | None = None) -> None:
         self.st = st
         self.target = target
         self.gates = GateSteps(st)
@@ -60,6 +60,8 @@ class Evaluator:
         # The capacity the serving model predicts for a trial from its points so far, where its
         # capacity search goes next (tuner/scoring/capacity.py ``aim``).
         self.aim: Callable[[TrialReport], float | None] | None = None
+        # Which tries broke only through a stall at their start (tuner/run/stall.py).
+        self.stalls = stalls or StallRule()
 
     # ------------------------------------------------------------ a whole trial
     def evaluate(
@@ -329,12 +331,10 @@ class Evaluator:
         metrics = m.metrics
         j = st.measurer.judge(m)
         slug = f"{st.axis.slug(x)}-{len(trial.points)}"
-        if (
-            not again
-            and not j.verdict.holds
-            and disturbed_at_start(m.records, st.measurer.slos)
-            and not sizing.points_time_left(st, trial)
-        ):
+        if stall.again_point(
+            self.stalls, m.records, st.measurer.slos, j.verdict, measured_again=again,
+            budget_left=not sizing.points_time_left(st, trial),
+        ):  # fmt: skip
             path = tdir / f"{slug}-disturbed.jsonl"
             stall.set_aside(st, server, m, j.verdict, path, label, x)
             return self.point(server, trial, x, n, label, beside, again=True)
