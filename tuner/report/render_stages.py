@@ -12,10 +12,10 @@ from tuner.report.render_cells import (
     quality_text,
     settings_text,
     speculative_text,
-    upto,
 )
-from tuner.report.schema import Report, StageReport, TrialReport
-from tuner.report.text import load_text
+from tuner.report.schema import Report, TrialReport
+from tuner.report.text import load_text, ms_text
+from tuner.report.views import waterfall_steps
 
 
 def _trial_row(t: TrialReport, top: float, defaults: dict[str, Any]) -> str:
@@ -47,18 +47,12 @@ def _contrast(c: Any) -> str:
 
 
 def waterfall(r: Report) -> list[str]:
-    """Baseline, then the configuration carried out of each stage, with its gain."""
+    """Baseline, then the configuration carried out of each stage, with its gain (the steps
+    and their gains from tuner/report/views.py ``waterfall_steps``, as report.html has them)."""
     if r.baseline is None or not r.stages:
         return []
-    by_number = {t.number: t for t in [r.baseline, *r.trials]}
-    rows: list[tuple[str, TrialReport | None, StageReport | None]] = [
-        ("baseline", r.baseline, None)
-    ]
-    for st in r.stages:
-        t = by_number.get(st.best_trial) if st.best_trial is not None else None
-        rows.append((f"after {st.name}", t if st.status == "run" else None, st))
-    top = max((t.score_tokens_per_s or 0.0 for _, t, _ in rows if t), default=0.0)
-    base = r.baseline.score_tokens_per_s
+    steps = waterfall_steps(r)
+    top = max((s.tokens_per_s or 0.0 for s in steps if s.kind == "scored"), default=0.0)
     out = [
         "## Stage by stage",
         "",
@@ -71,52 +65,48 @@ def waterfall(r: Report) -> list[str]:
         "quality | speculative |",
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
-    prev = base
-    prev_number: int | None = None
-    for label, t, s in rows:
-        if s is not None and s.status == "skipped":
-            out.append(f"| {label} | skipped: {s.reason} | | | | | | | |")
-            continue
-        if t is None:
-            out.append(f"| {label} | nothing met the SLOs | | | | | | | |")
-            continue
-        if t.number == 0 and t.score_tokens_per_s is None:
+    for s in steps:
+        if s.kind == "skipped":
+            out.append(f"| {s.label} | {s.note} | | | | | | | |")
+        elif s.kind == "none":
+            out.append(f"| {s.label} | nothing met the SLOs | | | | | | | |")
+        elif s.kind == "no_load":
             out.append(
-                f"| {label} | baseline: meets the SLOs at no load ({t.status}) | | | | | | | |"
+                f"| {s.label} | baseline: meets the SLOs at no load ({s.note}) | | | | | | | |"
             )
-            prev_number = 0
-            continue
-        score = t.score_tokens_per_s or 0.0
-        step = f"{score / prev:.2f}x" if prev else "-"
-        total = f"{upto(r.baseline)}{score / base:.2f}x" if base else "-"
-        which = "baseline" if t.number == 0 else f"trial {t.number}"
-        if t.number == prev_number:
-            which += " (unchanged: nothing better)"
-        prev_number = t.number
-        m = t.metrics
-        out.append(
-            f"| {label} | {which} | {score:.0f} `{bar(score, top, 16)}` | {step} | {total} | "
-            f"{lat(m.ttft_ms) if m else '-'} | {lat(m.tpot_ms) if m else '-'} | "
-            f"{quality_text(t.quality)} | {speculative_text(t)} |"
-        )
-        prev = score or prev
-    rec = r.recommended
-    if rec is not None:
-        m = rec.metrics
-        gain = f"{rec.gain_vs_baseline:.2f}x (confirmed)" if rec.gain_vs_baseline else "-"
-        out.append(
-            f"| confirmed | trial {rec.from_trial}, fresh start, {rec.n_requests} requests at "
-            f"{load_text(rec.load)} | {m.output_tokens_per_s:.0f} "
-            f"`{bar(m.output_tokens_per_s, top, 16)}` | | {gain} | {lat(m.ttft_ms)} | "
-            f"{lat(m.tpot_ms)} | {quality_text(m.quality)} | "
-            f"{'-' if m.acceptance_rate is None else f'accepted {m.acceptance_rate:.0%}'} |"
-        )
+        elif s.kind == "scored":
+            score = s.tokens_per_s or 0.0
+            step = f"{s.step_gain:.2f}x" if s.step_gain is not None else "-"
+            bound = "at most " if s.vs_baseline_bound else ""
+            total = f"{bound}{s.vs_baseline:.2f}x" if s.vs_baseline is not None else "-"
+            which = "baseline" if s.trial == 0 else f"trial {s.trial}"
+            if s.note:
+                which += f" ({s.note})"
+            out.append(
+                f"| {s.label} | {which} | {score:.0f} `{bar(score, top, 16)}` | {step} | {total} | "
+                f"{_lat(s.ttft_p50, s.ttft_p99)} | {_lat(s.tpot_p50, s.tpot_p99)} | "
+                f"{s.quality} | {s.speculative} |"
+            )
+        else:  # the confirmed figure
+            score = s.tokens_per_s or 0.0
+            gain = f"{s.vs_baseline:.2f}x (confirmed)" if s.vs_baseline else "-"
+            out.append(
+                f"| {s.label} | trial {s.trial}, {s.note} at {s.load} | {score:.0f} "
+                f"`{bar(score, top, 16)}` | | {gain} | {_lat(s.ttft_p50, s.ttft_p99)} | "
+                f"{_lat(s.tpot_p50, s.tpot_p99)} | {s.quality} | {s.speculative} |"
+            )
     out.append("")
     for st in r.stages:
         c = getattr(st, "contrast", None)
         if c is not None:
             out += [_contrast(c) + ".", ""]
     return out
+
+
+def _lat(p50: float | None, p99: float | None) -> str:
+    if p50 is None and p99 is None:
+        return "-"
+    return f"{ms_text(p50)} / {ms_text(p99)}"
 
 
 def configurations_section(r: Report) -> list[str]:

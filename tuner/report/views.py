@@ -17,14 +17,16 @@ capacity estimates and its probe:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
 from probes.diagnose import prefill_fit
 from probes.metrics import Dist, LoadMetrics
 from tuner.report.prediction_view import PredictionView, prediction_view
-from tuner.report.schema import Recommendation, Report, TrialReport
+from tuner.report.render_cells import quality_text, speculative_text, upto
+from tuner.report.schema import Recommendation, Report, StageReport, TrialReport
+from tuner.report.text import load_text
 
 
 class View(BaseModel):
@@ -68,6 +70,15 @@ class Step(View):
     tpot_p50: float | None
     tpot_p99: float | None
     note: str = ""  # "skipped: ...", "unchanged", "confirmed at 8.7 req/s"
+    # what the step is: a configuration's score, a stage skipped, a stage where nothing met
+    # the SLOs, a baseline that meets them at no load, or the confirmed figure
+    kind: Literal["scored", "skipped", "none", "no_load", "confirmed"] = "scored"
+    step_gain: float | None = None  # over the step before that had a score
+    vs_baseline: float | None = None  # over the baseline's score (confirmed: the claimed gain)
+    vs_baseline_bound: bool = False  # the baseline's score is a lower bound: "at most"
+    quality: str = "-"
+    speculative: str = "-"
+    load: str | None = None  # the confirmed figure's load
 
 
 class ProbeView(View):
@@ -191,7 +202,7 @@ def _curve(t: TrialReport) -> Curve:
     )
 
 
-def _step(label: str, t: TrialReport | None, note: str = "") -> Step:
+def _step(label: str, t: TrialReport | None, note: str = "", **kw: Any) -> Step:
     m = t.metrics if t else None
     return Step(
         label=label,
@@ -202,23 +213,50 @@ def _step(label: str, t: TrialReport | None, note: str = "") -> Step:
         tpot_p50=m.tpot_ms.p50 if m else None,
         tpot_p99=m.tpot_ms.p99 if m else None,
         note=note,
+        **kw,
     )
 
 
-def _waterfall(r: Report) -> list[Step]:
+def waterfall_steps(r: Report) -> list[Step]:
+    """The baseline, the configuration carried out of each stage, and the confirmed figure,
+    each with its gains: computed once here, drawn by report.md and report.html."""
     if r.baseline is None:
         return []
     by_number = {t.number: t for t in [r.baseline, *r.trials]}
-    steps = [_step("baseline", r.baseline)]
-    prev = 0
-    for s in r.stages:
-        if s.status == "skipped":
-            steps.append(_step(f"after {s.name}", None, f"skipped: {s.reason}"))
+    base = r.baseline.score_tokens_per_s
+    bound = upto(r.baseline) != ""
+    rows: list[tuple[str, TrialReport | None, StageReport | None]] = [
+        ("baseline", r.baseline, None)
+    ]
+    rows += [
+        (f"after {s.name}", by_number.get(s.best_trial) if s.best_trial is not None else None, s)
+        for s in r.stages
+    ]
+    steps: list[Step] = []
+    prev, prev_number = base, None
+    for label, t, s in rows:
+        if s is not None and s.status == "skipped":
+            steps.append(_step(label, None, f"skipped: {s.reason}", kind="skipped"))
             continue
-        t = by_number.get(s.best_trial) if s.best_trial is not None else None
-        note = "unchanged: nothing better" if t is not None and t.number == prev else ""
-        steps.append(_step(f"after {s.name}", t, note or ("" if t else "nothing met the SLOs")))
-        prev = t.number if t else prev
+        if t is None or (s is not None and s.status != "run"):
+            steps.append(_step(label, None, "nothing met the SLOs", kind="none"))
+            continue
+        if t.number == 0 and t.score_tokens_per_s is None:
+            steps.append(_step(label, t, t.status, kind="no_load"))
+            prev_number = 0
+            continue
+        score = t.score_tokens_per_s or 0.0
+        unchanged = t.number == prev_number
+        steps.append(
+            _step(
+                label, t, "unchanged: nothing better" if unchanged else "",
+                step_gain=score / prev if prev else None,
+                vs_baseline=score / base if base else None, vs_baseline_bound=bound,
+                quality=quality_text(t.quality), speculative=speculative_text(t),
+            )
+        )  # fmt: skip
+        prev_number = t.number
+        prev = score or prev
     rec = r.recommended
     if rec is not None:
         m = rec.metrics
@@ -232,6 +270,13 @@ def _waterfall(r: Report) -> list[Step]:
                 tpot_p50=m.tpot_ms.p50,
                 tpot_p99=m.tpot_ms.p99,
                 note=f"fresh start, {rec.n_requests} requests",
+                kind="confirmed",
+                vs_baseline=rec.gain_vs_baseline,
+                quality=quality_text(m.quality),
+                speculative="-"
+                if m.acceptance_rate is None
+                else f"accepted {m.acceptance_rate:.0%}",
+                load=load_text(rec.load),
             )
         )
     return steps
@@ -384,7 +429,7 @@ def build(r: Report, files: list[str] | None = None) -> ReportView:
         recommended=rec_point,
         baseline=base_point,
         curves=[_curve(t) for t in trials if t.points],
-        waterfall=_waterfall(r),
+        waterfall=waterfall_steps(r),
         probe=_probe(r),
         rows=[_row(t, r) for t in trials],
         files=files or [],
