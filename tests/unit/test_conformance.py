@@ -19,7 +19,7 @@ from tuner.engines.vllm import VLLMEngine
 
 ROOT = Path(__file__).resolve().parents[2]
 FAKE = ROOT / "tests" / "fakes" / "openai_server.py"
-LAUNCHING = sorted(n for n in ENGINES if getattr(get_engine(n), "launches", True))
+LAUNCHING = sorted(n for n in ENGINES if get_engine(n).launches)
 MODEL = "/models/m"
 
 
@@ -49,6 +49,9 @@ def test_launch_command(name: str) -> None:
     assert argv[argv.index("--port") + 1] == "8123"
     assert argv[argv.index("--host") + 1] == "127.0.0.1"
     assert MODEL in argv and argv[-2:] == ["--x", "1"]
+    # the contract (Engine.launch_spec): the configuration's arguments, and only they, follow
+    # --port P
+    assert spec.config_args == ["--x", "1"] and engine.launches is True
     assert spec.env == {"A": "b"}
     assert spec.with_port(9000).argv[argv.index("--port") + 1] == "9000"
     assert isinstance(engine.version(), str) and engine.version()

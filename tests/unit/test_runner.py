@@ -57,6 +57,7 @@ stages:
 class FakeEngine:
     name = "fake"
     supports_ignore_eos = False
+    launches = True
     series: ServerSeries | None = VLLM_SERIES  # the fake server mimics vLLM's /metrics
 
     def version(self) -> str:

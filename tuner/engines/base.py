@@ -40,6 +40,12 @@ class LaunchSpec:
     argv: list[str]
     env: dict[str, str] = field(default_factory=dict)
 
+    @property
+    def config_args(self) -> list[str]:
+        """The configuration's own arguments: everything after ``--port P`` (the engine's
+        contract, ``Engine.launch_spec``)."""
+        return self.argv[self.argv.index("--port") + 2 :]
+
     def with_port(self, port: int) -> LaunchSpec:
         argv = list(self.argv)
         i = argv.index("--port")
@@ -53,12 +59,21 @@ class Engine(Protocol):
     name: str
     supports_ignore_eos: bool
     series: ServerSeries | None  # the Prometheus series its server exposes, if it has any
+    # False: autotune starts nothing and attaches to a running server (--engine endpoint);
+    # its launch_spec is never called
+    launches: bool
 
     def version(self) -> str: ...
 
     def launch_spec(
         self, model_path: str, args: list[str], env: dict[str, str], port: int
-    ) -> LaunchSpec: ...
+    ) -> LaunchSpec:
+        """The command that serves ``model_path`` on ``port`` with a configuration's
+        ``args`` and ``env``. Its argv is the engine's command and fixed arguments, then
+        ``--port P``, then ``args`` exactly as given and nothing after them: what follows
+        ``--port P`` is the configuration's own (``LaunchSpec.config_args``, recorded as a
+        trial's ``args``), and a restart moves the port in place (``with_port``)."""
+        ...
 
     def classify_failure(self, log_tail: str, returncode: int | None) -> str: ...
 

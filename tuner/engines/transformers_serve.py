@@ -23,6 +23,7 @@ from tuner.engines.base import HOST, LaunchSpec, match_failure
 class TransformersEngine:
     name = "transformers"
     supports_ignore_eos = False
+    launches = True
     series: ServerSeries | None = None  # transformers serve has no /metrics
 
     def __init__(self, python: str = sys.executable) -> None:

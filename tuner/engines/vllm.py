@@ -34,6 +34,7 @@ VLLM_SERIES = ServerSeries(
 class VLLMEngine:
     name = "vllm"
     supports_ignore_eos = True
+    launches = True
     series: ServerSeries | None = VLLM_SERIES
 
     def __init__(self, python: str = sys.executable) -> None:

@@ -93,7 +93,7 @@ class Evaluator:
             number=number,
             stage=stage,
             params=params,
-            args=spec.argv[spec.argv.index("--port") + 2 :] if spec else [],
+            args=spec.config_args if spec else [],
             env=spec.env if spec else {},
             launch_command=spec.argv if spec else [],
             status="failed",
