@@ -14,16 +14,26 @@ The load: a point's load is a rate in requests/s for Poisson and gamma arrivals,
 scale for a trace: s = 1 replays the trace as recorded, s = 2 twice as fast (twice its
 requests/s), s = 0.5 at half speed. A trace's rate at scale s is s times its own mean rate
 (``probes.trace.TraceWorkload.rate_rps``); the capacity of a trace is the highest scale at
-which the SLOs hold.
+which the SLOs hold. The tuner and ``autotune probe`` keep one load axis, a rate, for every
+workload: a trace at rate R replays at scale R / its own mean rate (its rate equivalent).
+
+A ``Schedule`` is an arrival process bound to a rate, as the load client takes it
+(``gamma_schedule``, ``trace_schedule``): the client sends a point's requests in batches (the
+first, then more while its sample grows) and asks for each batch's times.
 """
 
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+
+# The times of requests ``first``..``first + n - 1`` of a point's prepared requests, in seconds
+# on the schedule's own axis (request 0 at 0), the batch's random draws from ``seed``. The load
+# client sends request i at the point's start plus (time of i - time of its first request).
+Schedule = Callable[[int, int, int], list[float]]
 
 
 def number_spec(x: float) -> str:
@@ -108,3 +118,30 @@ def trace_offsets(times_s: Sequence[float], n: int, scale: float) -> list[float]
     span = times_s[-1] - first
     period = span + span / (m - 1) if m > 1 else 0.0
     return [((times_s[i % m] - first) + (i // m) * period) / scale for i in range(n)]
+
+
+def gamma_schedule(rate_rps: float, cv: float) -> Schedule:
+    """Gamma arrivals at ``rate_rps`` as the load client takes them: each batch of n is
+    ``gamma_offsets`` (spanning n/R, like a Poisson batch) from where the requests before it
+    end, first/R, so a grown point stays one process at rate R."""
+    if rate_rps <= 0:
+        raise ValueError(f"rate must be > 0 requests/s, got {rate_rps}")
+
+    def times(first: int, n: int, seed: int) -> list[float]:
+        return [first / rate_rps + o for o in gamma_offsets(n, rate_rps, cv, seed)]
+
+    return times
+
+
+def trace_schedule(times_s: Sequence[float], scale: float) -> Schedule:
+    """A trace's own times at time scale ``scale`` as the load client takes them: request i at
+    its row i's time (``trace_offsets``, cycled past the end); a batch draws nothing."""
+    if scale <= 0:
+        raise ValueError(f"a trace's time scale must be > 0, got {scale}")
+    rows = list(times_s)
+
+    def times(first: int, n: int, seed: int) -> list[float]:
+        del seed  # the trace's times are its own
+        return trace_offsets(rows, first + n, scale)[first:]
+
+    return times

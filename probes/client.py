@@ -5,7 +5,8 @@
 - Open loop (``rate_rps=R``): arrival times drawn up front from a Poisson process with the given
   seed, conditioned on its N arrivals filling N/R seconds (``arrival_offsets``); a request's
   ``t_sched`` is its place in that schedule, so a slow client or server cannot hide queueing
-  (no coordinated omission).
+  (no coordinated omission). A workload with its own arrival process (gamma gaps, a trace's
+  own times) gives it as a ``schedule`` (probes.arrivals.Schedule), drawn up front the same way.
 - Warm-up requests are sent first, at the same load (the same concurrency, or open-loop
   arrivals at the same rate: never all at once), and thrown away.
 - A point may stop sending once its verdict is decided (``decided``, probes/sequential.py):
@@ -28,7 +29,7 @@ from dataclasses import dataclass
 import aiohttp
 import orjson
 
-from probes.arrivals import poisson_offsets
+from probes.arrivals import Schedule, poisson_offsets
 from probes.records import RequestRecord
 from probes.workload import PreparedRequest
 
@@ -174,6 +175,8 @@ class LoadClient:
         self, session: aiohttp.ClientSession, req: PreparedRequest, rec: RequestRecord
     ) -> None:
         rec.n_prompt_expected = req.prompt_tokens
+        rec.max_tokens = req.max_tokens
+        rec.n_prompt_shared = req.shared_tokens
         rec.t_send = self.clock()
         try:
             async with session.post(
@@ -236,13 +239,15 @@ class LoadClient:
         base: int | None = None,
         more: More | None = None,
         decided: Decided | None = None,
+        schedule: Schedule | None = None,
     ) -> list[RequestRecord]:
         """Arrivals in segments: the first ``base`` (all, where None), then while ``more``
         asks for more (called when the last arrival of a segment is due), another segment of
         that many, right after it: each segment's n gaps span n/R (``arrival_offsets``), the
         last of them the gap before the next segment's first arrival, so the arrivals stay
-        one process at rate R. Once ``decided`` says so, the arrivals not sent yet are
-        dropped."""
+        one process at rate R. With a ``schedule``, each segment's times are its (from the
+        point's first request, by the requests' indices ``first_index`` on) instead of
+        Poisson's. Once ``decided`` says so, the arrivals not sent yet are dropped."""
         pool = _Pool(len(reqs), base, more)
         records: list[RequestRecord] = []
         tasks: list[asyncio.Task[None]] = []
@@ -266,10 +271,18 @@ class LoadClient:
             await self._one(session, req, rec)
 
         t0, start, k = self.clock(), 0.0, 0
+        origin: float | None = None  # the schedule's time of the point's first request
         while (n := pool.available - len(records)) > 0:
-            for o in arrival_offsets(n, rate_rps, seed + SEGMENT_SEED_STEP * k):
+            segment_seed = seed + SEGMENT_SEED_STEP * k
+            if schedule is None:
+                due = [t0 + start + o for o in arrival_offsets(n, rate_rps, segment_seed)]
+            else:
+                times = schedule(first_index + len(records), n, segment_seed)
+                origin = times[0] if origin is None else origin
+                due = [t0 + (t - origin) for t in times]
+            for t_sched in due:
                 i = len(records)
-                rec = RequestRecord(index=first_index + i, t_sched=t0 + start + o)
+                rec = RequestRecord(index=first_index + i, t_sched=t_sched)
                 records.append(rec)
                 tasks.append(asyncio.ensure_future(fire(reqs[i], rec)))
             start += n / rate_rps
@@ -302,10 +315,13 @@ class LoadClient:
         base: int | None = None,
         more: More | None = None,
         decided: Decided | None = None,
+        schedule: Schedule | None = None,
     ) -> LoadResult:
         """Send ``warmup`` requests (discarded), then the rest, at one load.
 
-        Exactly one of ``concurrency`` and ``rate_rps`` is given. With ``base``, the point
+        Exactly one of ``concurrency`` and ``rate_rps`` is given. An open loop's arrivals are
+        Poisson at ``rate_rps``, or the ``schedule``'s (the workload's own process bound to
+        that rate: probes.workload.rate_schedule), for the warm-up too. With ``base``, the point
         sends that many of the rest, then asks ``more(records so far, now)`` how many of the
         others to send on at the same load (once the last of them is due or handed to a
         slot; again after each further batch), until it says 0 or none are left: a point
@@ -319,6 +335,8 @@ class LoadClient:
             raise ValueError(f"concurrency must be >= 1, got {concurrency}")
         if rate_rps is not None and rate_rps <= 0:
             raise ValueError(f"rate must be > 0 requests/s, got {rate_rps}")
+        if schedule is not None and rate_rps is None:
+            raise ValueError("an arrival schedule is for an open loop (rate_rps)")
         warm_reqs, measured = requests[:warmup], requests[warmup:]
         connector = aiohttp.TCPConnector(limit=0, force_close=False)
         timeout = aiohttp.ClientTimeout(total=self.timeout_s)
@@ -328,7 +346,9 @@ class LoadClient:
                 warm = await self._closed(session, warm_reqs, concurrency, 0)
             elif warm_reqs:
                 assert rate_rps is not None
-                warm = await self._open(session, warm_reqs, rate_rps, seed + 1, 0)
+                warm = await self._open(
+                    session, warm_reqs, rate_rps, seed + 1, 0, schedule=schedule
+                )
             cpu0, wall0 = time.process_time(), time.perf_counter()
             if concurrency is not None:
                 recs = await self._closed(
@@ -345,6 +365,7 @@ class LoadClient:
                     base=base,
                     more=more,
                     decided=decided,
+                    schedule=schedule,
                 )
             cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
         return LoadResult(recs, warm, 100.0 * cpu / wall if wall > 0 else 0.0, wall)

@@ -7,21 +7,57 @@ of their prompt tokens and of the output tokens they asked for (``max_tokens``: 
 tokens that an earlier request of the set starts with too (a prefix group's system prompt, a
 session's earlier turns, a trace's shared blocks), what a prefix cache holding everything sent
 before could reuse. Percentiles interpolate linearly (numpy's default, as everywhere).
+
+What was sent is read from the prepared requests, or from the records of the requests a run
+sent (``sent``: each record keeps its request's prompt tokens, output asked and shared tokens),
+so a tuning run describes every request its points sent, from its records on disk.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+import math
+from collections.abc import Iterable, Sequence
+from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
-from probes.kinds import PairsWorkload, PreparedRequest, SyntheticWorkload, Workload
+from probes.kinds import PairsWorkload, SyntheticWorkload, Workload
+from probes.records import RequestRecord
 from probes.trace import TraceWorkload
 
 
-def describe(workload: Workload, requests: Sequence[PreparedRequest]) -> dict[str, Any]:
-    """The workload and what its prepared ``requests`` send, JSON-ready.
+class SentRequest(Protocol):
+    """What a request sent, as a prepared request (probes.kinds.PreparedRequest) says it."""
+
+    @property
+    def prompt_tokens(self) -> int | None: ...
+    @property
+    def max_tokens(self) -> int: ...
+    @property
+    def shared_tokens(self) -> int: ...
+
+
+class Sent(NamedTuple):
+    """What a request sent, from its record."""
+
+    prompt_tokens: int | None
+    max_tokens: int
+    shared_tokens: int
+
+
+def sent(records: Iterable[RequestRecord]) -> list[Sent]:
+    """What the recorded requests sent: every record that was sent (a failed request was
+    sent too) and keeps its request's figures (records written before they were kept do not)."""
+    return [
+        Sent(r.n_prompt_expected, r.max_tokens, r.n_prompt_shared or 0)
+        for r in records
+        if r.max_tokens is not None and not math.isnan(r.t_send)
+    ]
+
+
+def describe(workload: Workload, requests: Sequence[SentRequest]) -> dict[str, Any]:
+    """The workload and what its ``requests`` send (prepared, or ``sent`` from records),
+    JSON-ready.
 
     The input statistics and the prefix share are None where the prompts' tokens were not
     counted (a file of prompts, sent without a tokenizer).

@@ -8,7 +8,11 @@ docs/measurement.md defines them:
 - ``t_first`` / ``t_last``: arrival of the first / last chunk that carries content;
 - ``t_end``: when the request ended, successfully or not (the window's end);
 - ``n_out``: output tokens from the server's usage, or counted chunks where the server gave
-  no usage (``n_out_from_usage`` is then False and the summary says so).
+  no usage (``n_out_from_usage`` is then False and the summary says so);
+- what was sent: ``n_prompt_expected`` (the prompt's tokens, where the workload counted them),
+  ``max_tokens`` (the output asked for) and ``n_prompt_shared`` (the prompt's first tokens an
+  earlier request of its point starts with too), for the workload's description
+  (probes.describe); None in records written before they were kept.
 
 A failed request is a record with ``error`` set, never a silent drop.
 """
@@ -35,6 +39,8 @@ class RequestRecord:
     n_out_from_usage: bool = False
     n_prompt: int | None = None
     n_prompt_expected: int | None = None
+    max_tokens: int | None = None
+    n_prompt_shared: int | None = None
     chunk_times: list[float] = field(default_factory=list)
     error: str | None = None
 

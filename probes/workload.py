@@ -46,8 +46,10 @@ tokens like the above:
 =================================================  ==========================================
 
 A workload's arrivals at a load: ``arrival_schedule`` (the load is a rate in requests/s, or a
-trace's time scale: ``load_axis``). ``probes.describe`` describes a workload and what it sent
-for report.json.
+trace's time scale: ``load_axis``). The load client and the tuner keep one axis, a rate, for
+every workload: ``rate_schedule`` is the workload's own process at a rate (a trace replayed at
+time scale rate / its own mean rate: ``trace_scale``), or None for Poisson, the client's own.
+``probes.describe`` describes a workload and what it sent for report.json.
 
 Request bodies are serialised once, before the clock starts, to keep the client lean.
 """
@@ -61,7 +63,7 @@ from typing import Any, Literal
 import orjson
 
 from probes import spec as specs
-from probes.arrivals import offsets, trace_offsets
+from probes.arrivals import Schedule, gamma_schedule, offsets, trace_offsets, trace_schedule
 from probes.compose import prepare_generated, prepare_trace
 from probes.kinds import (
     FileItem,
@@ -89,9 +91,12 @@ __all__ = [
     "arrival_schedule",
     "check_buildable",
     "load_axis",
+    "needs_tokenizer",
     "parse_workload",
     "prepare_requests",
+    "rate_schedule",
     "synthetic_prompt",
+    "trace_scale",
 ]
 
 DEFAULT_FILE_MAX_TOKENS = 128
@@ -188,7 +193,15 @@ def _check_prefixed(workload: Generated, prefix: PrefixGroups, tokenizer: Tokeni
         WorkloadError: with the shortest input that can be built.
     """
     builder = PromptBuilder(tokenizer, random.Random(0))
-    head = builder.shared([("ffffffff:g0", prefix.length)])
+    try:
+        head = builder.shared([("ffffffff:g0", prefix.length)])
+    except WorkloadError:
+        tag = len(tokenizer.encode("[ffffffff:g0] ", add_special_tokens=False))
+        raise WorkloadError(
+            f"workload {workload.label}: a shared prefix of {prefix.length} tokens cannot be "
+            f"built with this model's tokenizer (each group's prefix starts with a tag of {tag} "
+            f"tokens that keeps it apart from other runs'); give prefix_len above {tag}"
+        ) from None
     n = workload.shortest_input
     try:
         builder.extend(head, n - len(head.ids), "[ffffffff-99999] ")
@@ -200,6 +213,42 @@ def _check_prefixed(workload: Generated, prefix: PrefixGroups, tokenizer: Tokeni
             f"after its {prefix.length}-token shared prefix{with_specials} for a part "
             f"of its own; the shortest that can is {len(head.ids) + 1} tokens"
         ) from None
+
+
+def needs_tokenizer(workload: Workload) -> bool:
+    """Whether the workload's prompts are built to token counts with the model's tokenizer
+    (every kind but a file of written prompts)."""
+    return not isinstance(workload, FileWorkload)
+
+
+def trace_scale(workload: TraceWorkload, rate_rps: float) -> float:
+    """The time scale a trace is replayed at for a rate: rate / the trace's own mean rate.
+
+    Raises:
+        WorkloadError: a trace whose requests all arrive at once has no rate to scale.
+    """
+    own = workload.rate_rps
+    if own is None:
+        raise WorkloadError(
+            f"trace {workload.path}: all its {len(workload.rows)} requests arrive at once, so it "
+            "has no rate to replay it at; give its requests their times"
+        )
+    return rate_rps / own
+
+
+def rate_schedule(workload: Workload, rate_rps: float) -> Schedule | None:
+    """The open loop's arrivals at ``rate_rps`` where the workload has its own process: gamma
+    gaps (``arrivals=gamma``), or a trace's own times at time scale ``trace_scale``; None
+    where it has Poisson's (the load client's own schedule, unchanged).
+
+    Raises:
+        WorkloadError: a trace with no rate (``trace_scale``).
+        ValueError: a rate that is not above 0.
+    """
+    if isinstance(workload, TraceWorkload):
+        return trace_schedule(workload.times_s, trace_scale(workload, rate_rps))
+    process = None if isinstance(workload, FileWorkload) else workload.arrivals
+    return None if process is None else gamma_schedule(rate_rps, process.cv)
 
 
 def load_axis(workload: Workload) -> Literal["rate_rps", "time_scale"]:

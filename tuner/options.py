@@ -22,7 +22,7 @@ from pydantic import (
 )
 
 from probes.slo import SLOSet
-from probes.workload import Workload
+from probes.workload import FileWorkload, TraceWorkload, Workload, WorkloadError, trace_scale
 from tuner.scoring.capacity import RATE_STEP
 from tuner.scoring.compare import TIE_BAND
 from tuner.spaces.space import STAGE_ORDER
@@ -216,6 +216,28 @@ class TuneOptions(BaseModel):
                 raise ValueError(
                     "--storage shares a tuning of servers autotune starts, not of an endpoint"
                 )
+        return self
+
+    @model_validator(mode="after")
+    def _arrivals(self) -> TuneOptions:
+        """A workload with its own arrival process (gamma gaps, a trace's times) needs the
+        open loop, and a trace times to scale."""
+        wl = self.workload
+        own: str | None = None
+        if isinstance(wl, TraceWorkload):
+            own = "a trace's own times; pairs:FILE takes its lengths alone"
+        elif not isinstance(wl, FileWorkload) and wl.arrivals is not None:
+            own = wl.arrivals.spec
+        if own and self.load_model == "concurrency":
+            raise ValueError(
+                "--load concurrency sends each request when a client's last one ends, which "
+                f"ignores the workload's arrivals ({own}); use --load rate"
+            )
+        if isinstance(wl, TraceWorkload):
+            try:
+                trace_scale(wl, 1.0)
+            except WorkloadError as exc:
+                raise ValueError(str(exc)) from None
         return self
 
     @model_validator(mode="after")

@@ -5,6 +5,7 @@ only. On the fake engine of test_runner (a real process)."""
 from __future__ import annotations
 
 import io
+import re
 from pathlib import Path
 
 from rich.console import Console
@@ -26,7 +27,7 @@ def test_a_terminal_gets_the_status_line(tmp_path: Path) -> None:
     out, display = _run(tmp_path, Console(file=io.StringIO(), force_terminal=True, width=240))
     assert "trial 1 (batching): starting" in out  # the log lines
     assert "stage batching | trial 1 of up to 2 | trial 1 (batching): max_concurrent=8" in out
-    assert "best 1" in out or "best 2" in out  # a score in tok/s, once the baseline has one
+    assert re.search(r"best \d+ tok/s", out)  # a score, once the baseline has one
     assert "elapsed, " in out and " left" in out
     assert display.live is None  # stopped with the run
 

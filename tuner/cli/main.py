@@ -78,16 +78,21 @@ def tune_cmd(
     ] = None,
     tokenizer: Annotated[
         str | None,
-        typer.Option(help="tokenizer folder or id for synthetic prompts [default: the model]"),
+        typer.Option(help="tokenizer folder or id for generated prompts [default: the model]"),
     ] = None,
     workload: Annotated[
-        str, typer.Option(help="synthetic:input=N,output=M[,spread=0.5] or a .jsonl file")
+        str,
+        typer.Option(
+            help="synthetic:input=N,output=M[,spread=0.5|in_p99=N][,prefix_groups=G,"
+            "prefix_len=K][,turns=T][,arrivals=gamma,cv=C], pairs:FILE[,...], "
+            "trace:FILE[,scale=S] or a .jsonl file (docs/usage.md)"
+        ),
     ] = DEFAULT_WORKLOAD,
     load: Annotated[
         str,
         typer.Option(
-            help="load model: rate (open-loop Poisson arrivals, what a service sees; capacity "
-            "in requests/s) or concurrency (a closed loop of N clients)"
+            help="load model: rate (open-loop arrivals, Poisson or the workload's own, what a "
+            "service sees; capacity in requests/s) or concurrency (a closed loop of N clients)"
         ),
     ] = "rate",
     salt: Annotated[

@@ -5,9 +5,18 @@ render_rescore (a re-score); render_cells formats their cells."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from probes.drift import HORIZON_S
 from probes.exactness import describe
-from tuner.report.render_cells import interval, lat, quality_text, settings_text, shell_command
+from tuner.report.render_cells import (
+    interval,
+    lat,
+    quality_text,
+    settings_text,
+    shell_command,
+    workload_sent_text,
+)
 from tuner.report.render_model import model_section
 from tuner.report.render_probe import probe_section
 from tuner.report.render_recommend import recommendation_section
@@ -15,6 +24,18 @@ from tuner.report.render_rescore import rescored_section
 from tuner.report.render_stages import configurations_section, stages_section, waterfall
 from tuner.report.schema import Report
 from tuner.report.text import load_text, ms_text, slo_text
+
+
+def _arrivals_text(w: dict[str, Any]) -> str:
+    """The open loop's arrival process at a rate, as the workload's description gives it."""
+    if w.get("kind") == "trace":
+        k = w.get("time_scale_per_rps")
+        scale = f", time scale = rate x {k:.4g}" if isinstance(k, float) else ""
+        return f"replay of the trace's own times at a request rate (its rate equivalent{scale})"
+    arrivals = (w.get("parameters") or {}).get("arrivals")
+    if isinstance(arrivals, dict) and arrivals.get("kind") == "gamma":
+        return f"gamma arrivals (cv {arrivals.get('cv', 0):g}) at a request rate"
+    return "Poisson arrivals at a request rate"
 
 
 def render_markdown(r: Report) -> str:
@@ -32,7 +53,7 @@ def render_markdown(r: Report) -> str:
     out += ["", f"**SLOs**: {slos}{quality}; error rate <= {r.max_error_rate:.1%}.", ""]
     if r.load:
         model = (
-            "open-loop Poisson arrivals at a request rate (what a service sees)"
+            f"open-loop {_arrivals_text(r.workload)} (what a service sees)"
             if r.load.get("model") == "rate"
             else "a closed loop of concurrent clients"
         )
@@ -42,6 +63,8 @@ def render_markdown(r: Report) -> str:
             f"**Load**: {model}; capacity in {r.load.get('unit')}. Salt `{r.salt}`.{nb}",
             "",
         ]
+    if sent := workload_sent_text(r.workload):
+        out += [f"**Workload sent**: {sent}.", ""]
     out += rescored_section(r)
     out += recommendation_section(r)
     base = r.baseline

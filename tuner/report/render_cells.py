@@ -75,3 +75,23 @@ def upto(reference: TrialReport) -> str:
     bound (every load it was tried at held), else nothing."""
     est = reference.estimate
     return "at most " if est is not None and est.censored == "above" else ""
+
+
+def workload_sent_text(w: dict[str, Any]) -> str | None:
+    """One line of what the requests sent, from a workload's description (report.json's
+    ``workload``, a probe's ``workload_sent``: probes.describe)."""
+    s = w.get("sent")
+    if not isinstance(s, dict) or not s.get("requests"):
+        return None
+
+    def stats(d: Any) -> str:
+        if not isinstance(d, dict):
+            return "not counted"
+        return f"mean {d['mean']:.0f}, p50 {d['p50']:.0f}, p99 {d['p99']:.0f}"
+
+    share = s.get("prefix_share")
+    shared = "not counted" if share is None else f"{100 * share:.0f} %"
+    return (
+        f"{s['requests']} requests; prompt tokens {stats(s.get('input_tokens'))}; output "
+        f"tokens asked {stats(s.get('output_tokens'))}; prefix share {shared}"
+    )

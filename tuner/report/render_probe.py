@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from probes.metrics import LoadMetrics, Verdict
-from tuner.report.render_cells import lat
+from tuner.report.render_cells import lat, workload_sent_text
 from tuner.report.schema import Report
 from tuner.report.text import ms_text
 
@@ -32,6 +32,8 @@ def render_probe(p: Any) -> str:
         lines.append("  " + name.ljust(22) + "".join(ms_text(c).rjust(10) for c in cells))
     if p.verdict is not None:
         lines.append(f"  SLOs ({'; '.join(p.slo)}): {_slo_verdict(p.verdict, m)}")
+    if sent := workload_sent_text(getattr(p, "workload_sent", None) or {}):
+        lines.append(f"  sent: {sent}")
     d = p.diagnosis
     if d is not None:
         v = d.verdict

@@ -12,8 +12,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal
 
+from probes.describe import describe, sent
 from probes.exactness import Exactness
-from probes.workload import SyntheticWorkload
+from probes.records import RequestRecord
+from probes.workload import FileWorkload, SyntheticWorkload, TraceWorkload
 from tuner.report.model_errors import errors_by_basis, model_errors
 from tuner.report.schema import (
     Report,
@@ -25,6 +27,7 @@ from tuner.report.schema import (
 )
 from tuner.run.state import RunState
 from tuner.servemodel.spreads import PROBE_SPREAD, RUN_TO_RUN, TRANSFER_SPREAD
+from tuner.storage.records import RecordsMissing, read_records, records_path
 
 RunStatus = Literal["complete", "interrupted", "failed"]
 
@@ -50,16 +53,34 @@ def report_exactness(st: RunState) -> Exactness | None:
 
 
 def _workload(st: RunState) -> dict[str, Any]:
+    """The workload, and what the run's points sent (probes.describe: the kind, the spec, the
+    parameters, the lengths' mean, p50 and p99 and the prefix share, from every search point's
+    records on disk, so a resumed run describes what its earlier part sent too). A file keeps
+    its path and size, and no spec: runs compare files by name and size (compare_runs)."""
     wl = st.opts.workload
+    out = describe(wl, sent(_sent_records(st)))
     if isinstance(wl, SyntheticWorkload):
-        return {
-            "kind": "synthetic",
-            "input_len": wl.input_len,
-            "output_len": wl.output_len,
-            "spread": wl.spread,
-            "spec": wl.label,
-        }
-    return {"kind": "file", "path": wl.path, "n_items": len(wl.items)}
+        out.update(input_len=wl.input_len, output_len=wl.output_len, spread=wl.spread)
+    elif isinstance(wl, FileWorkload):
+        del out["spec"]
+        out.update(path=wl.path, n_items=len(wl.items))
+    elif isinstance(wl, TraceWorkload) and st.axis.kind == "rate" and wl.rate_rps:
+        # The load axis stays requests/s: a rate R replays the trace at time scale R / own.
+        out["time_scale_per_rps"] = 1.0 / wl.rate_rps
+    return out
+
+
+def _sent_records(st: RunState) -> list[RequestRecord]:
+    """The records of every point the run measured (the baseline's and the trials'; a point
+    whose records file is gone, or another worker's, is left out)."""
+    out: list[RequestRecord] = []
+    for t in st.measured():
+        for p in t.points:
+            try:
+                out += read_records(records_path(st.out, t, p))
+            except (RecordsMissing, OSError, ValueError, TypeError):
+                continue
+    return out
 
 
 def assemble(

@@ -5,6 +5,11 @@ axis, the workload and its tokenizer, a fresh seed per point (so a fresh salt: n
 reuse across points), and the engine's own Prometheus series (``ServerSeries``: no engine's
 metric names live here). The verdict of an open-loop point judges the rate as if it had been held
 for probes.drift.HORIZON_S, so a queue still growing when the point ended counts against it.
+
+An open-loop point's arrivals are the workload's own process at the point's rate
+(``probes.workload.rate_schedule``): Poisson (the load client's own schedule), gamma gaps, or a
+trace replayed at the time scale whose rate that is (rate / the trace's own mean rate), so the
+capacity search keeps one axis, requests/s, for every workload.
 """
 
 from __future__ import annotations
@@ -23,7 +28,13 @@ from probes.records import RequestRecord
 from probes.sequential import decided, shortfall
 from probes.server_metrics import PeakSampler, ServerSeries, Snapshot, delta, fetch_snapshot
 from probes.slo import SLOSet
-from probes.workload import PreparedRequest, Tokenizer, Workload, prepare_requests
+from probes.workload import (
+    PreparedRequest,
+    Tokenizer,
+    Workload,
+    prepare_requests,
+    rate_schedule,
+)
 from tuner.engines.base import RunningServer
 from tuner.run import stop
 from tuner.scoring.capacity import LoadAxis
@@ -103,8 +114,16 @@ class PointMeasurer:
             dt, _ = self._thrown_away(server, n, n, model, concurrency=min(int(x), n))
         else:
             n = max(4, min(math.ceil(WARMUP_RATE_S * x), WARMUP_MAX))
-            dt, _ = self._thrown_away(server, n, n, model, rate_rps=x, seed=self.seeds())
+            dt, _ = self._thrown_away(server, n, n, model, **self._load(x), seed=self.seeds())
         return dt
+
+    def _load(self, x: float) -> dict[str, Any]:
+        """The load client's arguments for load ``x``: a concurrency, or a rate with the
+        workload's own arrival schedule where it has one (Poisson's is the client's own)."""
+        if self.axis.kind == "concurrency":
+            return {"concurrency": int(x)}
+        schedule = rate_schedule(self.workload, x)
+        return {"rate_rps": x} if schedule is None else {"rate_rps": x, "schedule": schedule}
 
     def warmup_closed(self, server: RunningServer, c: int, model: str) -> tuple[float, float]:
         """A closed-loop warm-up of ``c`` clients, three requests each, thrown away like any
@@ -150,9 +169,7 @@ class PointMeasurer:
         series = self.series
         before = self._snapshot(server) if series else None
         t0 = time.monotonic()
-        load: dict[str, Any] = (
-            {"concurrency": int(x)} if self.axis.kind == "concurrency" else {"rate_rps": x}
-        )
+        load = self._load(x)
         if room > 0:
             slos = self.slos
 

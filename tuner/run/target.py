@@ -6,6 +6,11 @@ launch command (tuner/spaces/launch.py, the builder ``autotune probe`` uses too)
 one
 a measured trial was started with; ``server`` yields a ready server and stops it by its process
 group on exit (an endpoint is checked again instead).
+
+Every workload but a file of written prompts is built to token counts, so ``prepare`` loads the
+tokenizer for it and checks that its prompts can be built, before anything starts; what the run
+should know of the workload's load axis (a trace's rate equivalent) or of the serving model's
+limits with it comes back as notes.
 """
 
 from __future__ import annotations
@@ -19,7 +24,14 @@ from typing import Any, Protocol
 
 import orjson
 
-from probes.workload import SyntheticWorkload, Tokenizer, check_buildable
+from probes.workload import (
+    FileWorkload,
+    Tokenizer,
+    TraceWorkload,
+    Workload,
+    check_buildable,
+    needs_tokenizer,
+)
 from tuner.engines.base import (
     Engine,
     EngineStartError,
@@ -66,6 +78,34 @@ class Target(Protocol):
     def server(
         self, spec: LaunchSpec | None, log_path: Path
     ) -> contextlib.AbstractContextManager[RunningServer]: ...
+
+
+def workload_notes(workload: Workload, load_model: str, serving_model: bool) -> list[str]:
+    """What the report should say of how the workload is measured (a trace's load axis) and
+    of what the serving model does not simulate of it (its arrivals, its shared prefixes)."""
+    notes = []
+    if isinstance(workload, TraceWorkload) and load_model == "rate" and workload.rate_rps:
+        notes.append(
+            f"trace {workload.path}: the load is its rate equivalent: R requests/s replays the "
+            f"trace at time scale R / {workload.rate_rps:.4g} (its own mean rate, requests/s), "
+            "so its capacity as a time scale is the capacity in requests/s divided by that"
+        )
+    if isinstance(workload, TraceWorkload):
+        own_arrivals, shares = True, any(r.hash_ids for r in workload.rows)
+    elif isinstance(workload, FileWorkload):
+        own_arrivals = shares = False
+    else:
+        own_arrivals = workload.arrivals is not None
+        shares = workload.prefix is not None or workload.sessions is not None
+    unlike = [
+        what for what, on in (("Poisson arrivals", own_arrivals), ("no prefix cache", shares)) if on
+    ]
+    if serving_model and unlike:
+        notes.append(
+            f"the serving model simulates {' and '.join(unlike)}, unlike this workload: its "
+            "predictions only aim the search; the scores and the recommendation are measured"
+        )
+    return notes
 
 
 def max_positions(model_path: str) -> int | None:
@@ -133,7 +173,7 @@ class LaunchedTarget:
                 )
         tokenizer = (
             load_tokenizer(model.path, self.tokenizer_loader)
-            if isinstance(opts.workload, SyntheticWorkload)
+            if needs_tokenizer(opts.workload)
             else None
         )
         check_buildable(opts.workload, tokenizer)
@@ -141,7 +181,10 @@ class LaunchedTarget:
             f"model {model.name} ({model.path}); engine {self.engine.version()}; "
             f"{self.hw.label}; search space {path.name}"
         )
-        return Prepared(model.path, space, self.ctx, tokenizer, "http://127.0.0.1:1")
+        notes = workload_notes(opts.workload, opts.load_model, opts.serving_model)
+        for note in notes:
+            say(note)
+        return Prepared(model.path, space, self.ctx, tokenizer, "http://127.0.0.1:1", notes)
 
     def spec(self, params: dict[str, Any], baseline: bool) -> LaunchSpec:
         assert self.space is not None
@@ -202,7 +245,7 @@ class AttachedTarget:
         say(f"attaching to {opts.endpoint} (nothing is launched)")
         self.attached = a = attach(opts.endpoint, opts.served_model)
         tokenizer = None
-        if isinstance(opts.workload, SyntheticWorkload):
+        if needs_tokenizer(opts.workload):
             # The model folder the server reports (vLLM's /v1/models ``root``), if it is here.
             source = opts.tokenizer or opts.model or a.local_root or a.served_model
             try:
@@ -212,6 +255,9 @@ class AttachedTarget:
             check_buildable(opts.workload, tokenizer)
         eos = "accepted" if a.ignore_eos else "refused: output lengths are what the server gives"
         say(f"endpoint {a.base_url} serves {a.served_model}; ignore_eos {eos}; {self.hw.label}")
+        notes = workload_notes(opts.workload, opts.load_model, serving_model=False)
+        for note in notes:
+            say(note)
         return Prepared(
             model_path=a.served_model,
             space=SearchSpace(engine="endpoint", device=self.hw.device, stages=[]),
@@ -220,7 +266,8 @@ class AttachedTarget:
             base_url=a.base_url,
             notes=[
                 "endpoint mode: the server's settings were not tuned (autotune did not start "
-                "it); only the client-side load was searched, and the recommendation is a load"
+                "it); only the client-side load was searched, and the recommendation is a load",
+                *notes,
             ],
         )
 
@@ -253,6 +300,6 @@ def make_target(
     tokenizer_loader: TokenizerLoader | None = None,
 ) -> Target:
     """The engine's target: attached where the engine does not launch (``--engine endpoint``)."""
-    if getattr(engine, "launches", True):
+    if engine.launches:
         return LaunchedTarget(opts, engine, hw, clock, run_id, tokenizer_loader)
     return AttachedTarget(opts, hw, tokenizer_loader)

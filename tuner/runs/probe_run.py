@@ -9,6 +9,10 @@ With ``model``, the engine is started with its defaults, or with ``params`` (kno
 engine's search space, validated and rendered like a trial's), and stopped by its process group
 at the end. With ``endpoint``, nothing is started: the server's root URL (with or without
 ``/v1``) and its served model name are enough. Warm-up requests are always sent and discarded.
+
+Every workload but a file of written prompts is built with the model's tokenizer (checked before
+anything starts). An open loop follows the workload's own arrivals (gamma gaps, a trace's times
+at time scale rate / its own mean rate); a trace given no load replays at its spec's ``scale``.
 """
 
 from __future__ import annotations
@@ -23,19 +27,25 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from probes.arrivals import Schedule
 from probes.client import LoadClient, run_load
+from probes.describe import describe, sent
 from probes.diagnose import Diagnosis, run_diagnosis
 from probes.metrics import LoadMetrics, Verdict, summarize
 from probes.sequential import shortfall
 from probes.server_metrics import ServerSeries
 from probes.slo import SLOSet
 from probes.workload import (
-    SyntheticWorkload,
+    FileWorkload,
     Tokenizer,
+    TraceWorkload,
     Workload,
     WorkloadError,
     check_buildable,
+    needs_tokenizer,
     prepare_requests,
+    rate_schedule,
+    trace_scale,
 )
 from tuner.engines import UnknownEngineError, get_engine
 from tuner.engines.base import Engine, EngineStartError, LaunchSpec, ServerProcess, free_port
@@ -70,6 +80,8 @@ class ProbeResult(BaseModel):
     # rule included), so a probe at a recommended load is that load's confirmation.
     slo: list[str] = []
     verdict: Verdict | None = None
+    # The workload and what the measured requests sent (probes.describe)
+    workload_sent: dict[str, Any] | None = None
 
 
 def parse_params(pairs: list[str]) -> dict[str, Any]:
@@ -123,6 +135,33 @@ def _launch_spec(
     return engine, resolved.path, engine.launch_spec(resolved.path, args, env, free_port())
 
 
+def _arrivals(
+    workload: Workload, concurrency: int | None, rate_rps: float | None
+) -> tuple[float | None, Schedule | None]:
+    """The open loop's rate and the workload's own arrival schedule at it (None: Poisson);
+    a trace given no load replays at its spec's time scale.
+
+    Raises:
+        ProbeError: a workload with its own arrivals in a closed loop, or a trace with no rate.
+    """
+    own = isinstance(workload, TraceWorkload) or (
+        not isinstance(workload, FileWorkload) and workload.arrivals is not None
+    )
+    if own and concurrency is not None:
+        raise ProbeError(
+            "--concurrency sends each request when a client's last one ends, which ignores the "
+            "workload's own arrivals; give --rate (a trace: or no load, for its spec's scale)"
+        )
+    if isinstance(workload, TraceWorkload) and rate_rps is None:
+        rate_rps = workload.scale * (workload.rate_rps or 0.0)  # no rate: trace_scale says so
+    if rate_rps is None:
+        return None, None
+    try:
+        return rate_rps, rate_schedule(workload, rate_rps)
+    except WorkloadError as exc:
+        raise ProbeError(str(exc)) from None
+
+
 def _check_buildable(workload: Workload, tok: Tokenizer | None) -> None:
     try:
         check_buildable(workload, tok)
@@ -154,7 +193,7 @@ def _server(
         )
         return
     engine, path, spec = launch
-    args = spec.argv[spec.argv.index("--port") + 2 :]
+    args = spec.config_args
     say(f"probe: starting {engine.name} ({' '.join(args) or 'defaults'})")
     with ServerProcess(spec, out_dir / "server.log", classify=engine.classify_failure) as srv:
         try:
@@ -202,15 +241,21 @@ def probe(
     """
     if (model is None) == (endpoint is None):
         raise ProbeError("give either a model to start or an endpoint to probe")
+    rate_rps, schedule = _arrivals(workload, concurrency, rate_rps)
     if concurrency is None and rate_rps is None:
         concurrency = 1
+    if isinstance(workload, TraceWorkload) and rate_rps is not None:
+        progress(
+            f"probe: trace {workload.path} replayed at time scale "
+            f"{trace_scale(workload, rate_rps):.4g} ({rate_rps:.4g} requests/s)"
+        )
     seed = int(time.time()) if seed is None else seed
     hw = detect_hardware()
     launch = _launch_spec(model, engine, params or {}, hw) if model is not None else None
-    synthetic = isinstance(workload, SyntheticWorkload)
+    built = needs_tokenizer(workload)
     tok = None
     if launch is not None:  # the tokenizer and the prompts are checked before the start
-        tok = _tokenizer(tokenizer or launch[1]) if synthetic else _tokenizer(tokenizer)
+        tok = _tokenizer(tokenizer or launch[1]) if built else _tokenizer(tokenizer)
         _check_buildable(workload, tok)
     out_dir.mkdir(parents=True, exist_ok=True)
     with _server(launch, endpoint, served_model, out_dir, progress) as (
@@ -222,7 +267,7 @@ def probe(
         series,
     ):
         if launch is None:
-            tok = _tokenizer(tokenizer or model_dir or name) if synthetic else _tokenizer(tokenizer)
+            tok = _tokenizer(tokenizer or model_dir or name) if built else _tokenizer(tokenizer)
             _check_buildable(workload, tok)
         client = LoadClient(url)
         t0 = time.monotonic()
@@ -246,6 +291,7 @@ def probe(
             seed=seed,
             base=requests if more else None,
             more=more,
+            schedule=schedule,
         )
         if len(res.records) > requests:
             progress(
@@ -301,6 +347,7 @@ def probe(
         diagnosis=diagnosis,
         slo=slos.labels if slos is not None else [],
         verdict=verdict,
+        workload_sent=describe(workload, sent(res.records)),
     )
     if diagnose:  # a probe folder: what autotune compare predicts this machine from
         write_atomic(out_dir / PROBE_FILE, dump_json(result))
