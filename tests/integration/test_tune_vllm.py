@@ -77,13 +77,22 @@ def test_short_tuning_run(tmp_path: Path) -> None:
     assert data["status"] == "complete"
     assert data["schema_version"] == 1
     assert data["engine_version"].startswith("vllm")
-    assert data["workload"] == {
+    w = data["workload"]
+    assert {k: w[k] for k in ("kind", "input_len", "output_len", "spread", "spec")} == {
         "kind": "synthetic",
         "input_len": 64,
         "output_len": 16,
         "spread": 0.0,
         "spec": "synthetic:input=64,output=16",
     }
+    # what the search points sent, from their records: every request exactly as asked
+    sent = w["sent"]
+    assert sent["requests"] == sum(
+        p["metrics"]["n_requests"] for t in [data["baseline"], *data["trials"]] for p in t["points"]
+    )
+    assert sent["input_tokens"] == {"mean": 64.0, "p50": 64.0, "p99": 64.0}
+    assert sent["output_tokens"] == {"mean": 16.0, "p50": 16.0, "p99": 16.0}
+    assert sent["prefix_share"] == 0.0  # distinct, salted prompts
     assert data["load"] == {"model": "rate", "unit": "requests/s"}
     assert len(data["salt"]) == 8
     assert data["slo"] == [{"metric": "ttft", "percentile": 99, "limit_ms": 20000.0}]
