@@ -384,7 +384,7 @@ def test_the_rate_axis_rounds_and_floors() -> None:
 
 @pytest.mark.parametrize("capacity", [9.35, 9.8, 10.0, 10.5])
 def test_a_start_just_above_a_good_prediction_brackets_it_in_two_points(capacity: float) -> None:
-    from tuner.run.trial import PREDICTED_ABOVE, PREDICTED_DESCEND
+    from tuner.run.start import PREDICTED_ABOVE, PREDICTED_DESCEND
 
     # predicted 10 req/s; the capacity within 6 % of it, under or over
     axis = LoadAxis("rate", minimum=0.05, maximum=200.0)

@@ -35,7 +35,8 @@ class PhaseTimes:
 
 
 class Budget:
-    """The whole run's deadline (none without a budget) and the current stage's.
+    """The whole run's deadline (none without a budget), the current stage's, and the current
+    trial's share (tuner/run/share.py).
 
     Args:
         total_s: the budget, from ``start``; None: unbounded (everything fits).
@@ -50,6 +51,7 @@ class Budget:
         t0 = now() if start is None else start
         self.deadline = t0 + total_s if total_s is not None else math.inf
         self.stage_deadline = math.inf
+        self.trial_deadline = math.inf
 
     @property
     def bounded(self) -> bool:
@@ -72,3 +74,14 @@ class Budget:
 
     def stage_fits(self, need_s: float) -> bool:
         return self.now() + need_s <= self.stage_deadline
+
+    def open_trial(self, share_s: float | None) -> None:
+        """The trial starting now may take ``share_s`` (None: what the run's deadline allows)."""
+        self.trial_deadline = math.inf if share_s is None else self.now() + max(0.0, share_s)
+
+    def trial_fits(self, need_s: float) -> bool:
+        return self.now() + need_s <= self.trial_deadline
+
+    def trial_left(self) -> float:
+        """Seconds left in the current trial's share (inf: no share)."""
+        return self.trial_deadline - self.now()

@@ -12,6 +12,7 @@ import math
 import statistics
 
 from tuner.report.schema import TrialReport
+from tuner.run import share
 from tuner.run.state import RunState
 from tuner.scoring.capacity import bracketed
 
@@ -52,6 +53,11 @@ def n_search(st: RunState, x: float, trial: TrialReport | None = None) -> int:
         lives = [pred.tpot_ms_p50 * pred.tokens_per_s / pred.load]
     if lives:
         span = min(max(span, 3.0 * max(lives) / 1000.0), 4.0 * o.search_point_s)
+    if trial is not None and trial.number != 0 and math.isfinite(left := st.budget.trial_left()):
+        # Within a trial's share of the budget (tuner/run/share.py): at most half of what is
+        # left of it, so that a second point fits, and at least the shortest a point spans.
+        life_s = max(lives, default=0.0) / 1000.0
+        span = min(span, max(o.search_point_s, (left - life_s) / 2.0))
     return max(o.search_min_requests, math.ceil(span * x))
 
 
@@ -113,7 +119,10 @@ def trial_estimate_s(st: RunState) -> float:
     walls = [t.wall_s for t in st.trials]
     if st.baseline:
         walls.append(st.baseline.wall_s - st.probe_s)
-    return sum(walls) / len(walls) if walls else 180.0
+    mean = sum(walls) / len(walls) if walls else 180.0
+    # A trial within a share of the budget takes that share at most.
+    shared = share.trial_share_s(st, confirm_estimate_s(st))
+    return mean if shared is None else min(mean, shared)
 
 
 def start_estimate_s(st: RunState, also: TrialReport | None = None) -> float:
@@ -313,6 +322,11 @@ def points_time_left(
         )
     if not st.budget.fits(need_s, _reserve_s(st, trial)):
         return "time budget: stopped measuring to keep time for the confirmation"
+    if trial is not None and trial.number != 0 and not st.budget.trial_fits(need_s + STOP_S):
+        return (
+            "its share of the time budget is spent (the budget is shared so that several "
+            "configurations are measured)"
+        )
     return None
 
 

@@ -24,7 +24,17 @@ from typing import Any
 from probes.diagnose import run_diagnosis
 from tuner.engines.base import EngineDied, EngineStartError, RunningServer, raise_if_died
 from tuner.report.schema import PointReport, PredictedReport, TrialReport, dump_json, write_atomic
-from tuner.run import checkpoint, reach, recommend, side_by_side, sizing, stall, stop
+from tuner.run import (
+    checkpoint,
+    reach,
+    recommend,
+    share,
+    side_by_side,
+    sizing,
+    stall,
+    start,
+    stop,
+)
 from tuner.run.gate_steps import GateSteps
 from tuner.run.measure import point_line
 from tuner.run.scoring import abandon_reason, under_capacity
@@ -36,15 +46,6 @@ from tuner.scoring.capacity import PointOutcome, find_capacity
 from tuner.scoring.estimate import CapacityEstimate, Samples
 from tuner.spaces.space import found_in_log
 from tuner.storage.records import keep_records, write_records
-
-# A capacity search that starts from a calibrated prediction brackets it: the first point a
-# little above it, then, where that breaks, one step down that brackets the prediction within
-# the search's resolution (1.15): two points where the prediction was within 6 %. Every point
-# near a capacity is long (three request lifetimes; 45-80 s on the Xeon), so the search pays
-# for each one; a start at the prediction itself and a step down by 0.8 took four in the
-# README command there (16:46: 12.9 broke, 10.3, 11.0 held, 11.8 broke).
-PREDICTED_ABOVE = 1.06
-PREDICTED_DESCEND = 0.88
 
 
 class Evaluator:
@@ -106,6 +107,10 @@ class Evaluator:
         if spec is not None:
             st.say(f"{label}: starting {st.engine.name} with {shown}")
         best = st.best()
+        share_s = None if baseline else share.trial_share_s(st, sizing.confirm_estimate_s(st))
+        st.budget.open_trial(share_s)
+        if share_s is not None:
+            st.say(f"{label}: its share of the time budget: {share_s:.0f} s")
         try:
             with self.target.server(spec, tdir / "server.log") as server:
                 trial.startup_s = server.startup_s if spec else None
@@ -123,6 +128,8 @@ class Evaluator:
         except EngineStartError as exc:
             trial.status, trial.error = "failed", str(exc)
             st.say(f"{label}: failed to start: {exc}")
+        finally:
+            st.budget.open_trial(None)
         trial.wall_s = time.monotonic() - t_start
         self.save(trial)
         checkpoint.save(st, trial)
@@ -145,22 +152,22 @@ class Evaluator:
         st = self.st
         assert st.measurer is not None
         baseline = trial.stage == "baseline"
-        start = self.start_load(best, trial.predicted)
+        start_at = start.start_load(st, best, trial.predicted)
         quantised = not baseline and st.space and st.space.changed("quantisation", trial.params)
         # Before the warm-up, so that a configuration too slow to time still gets its quality
         # figure (bounded by tuner.run.gates.QUALITY_BUDGET_S).
         if quantised and not self.gates.quality(server, trial, label):
             return
-        if not baseline and self._no_reference(best):
+        if not baseline and start.no_reference(st, best):
             # No capacity to start from (the baseline met the SLOs at no load): a closed-loop
             # warm-up says what this configuration completes a second, where the rate search
             # starts, instead of climbing x1.4 a point from the baseline's probe rate.
             trial.warmup_s, rps = st.measurer.warmup_closed(
                 server, st.opts.start_concurrency, st.model_path
             )
-            start = st.axis.floor(rps) if rps > 0 else start
+            start_at = st.axis.floor(rps) if rps > 0 else start_at
         else:
-            trial.warmup_s = st.measurer.warmup(server, start, st.model_path)
+            trial.warmup_s = st.measurer.warmup(server, start_at, st.model_path)
         if baseline:
             if st.opts.probe:
                 self._diagnose(server)
@@ -179,7 +186,7 @@ class Evaluator:
                 # points (3 m) in the README command on the Xeon, where the probe's
                 # prediction was 7-10 % high.
                 trial.predicted = self.predict_first(trial.params, trial.number)
-            start = self.start_load(None, trial.predicted)
+            start_at = start.start_load(st, None, trial.predicted)
         elif best is not None and best.warmup_s and trial.warmup_s > 3 * best.warmup_s + 20:
             trial.status, trial.error = (
                 "abandoned",
@@ -197,7 +204,7 @@ class Evaluator:
 
         cap = find_capacity(
             lambda x: self.point(server, trial, x, sizing.n_search(st, x, trial), label),
-            start=start,
+            start=start_at,
             axis=st.axis,
             rate_step=st.opts.rate_step,
             abandon=None if baseline else abandon,
@@ -206,7 +213,7 @@ class Evaluator:
             too_short=partial(sizing.too_short, st, trial),
             # A start just above a calibrated prediction that fails failed by a little (the
             # model's capacity error here was 4-16 %): step down by that, not by half.
-            descend=PREDICTED_DESCEND if self._starts_at_prediction(trial, start) else 0.5,
+            descend=start.PREDICTED_DESCEND if start.at_prediction(st, trial, start_at) else 0.5,
             aim=partial(self._aim, trial, label) if self.aim is not None else None,
         )
         self._score(trial, cap.abandoned)
@@ -258,49 +265,6 @@ class Evaluator:
                 f"puts its capacity at {shown}"
             )
         return x
-
-    def _no_reference(self, best: TrialReport | None) -> bool:
-        """Under the rate model, nothing to start a search from: no best configuration, no
-        start option, and the baseline was measured (so this is not the baseline itself)."""
-        st = self.st
-        return (
-            st.axis.kind == "rate"
-            and best is None
-            and st.opts.start_rate_rps is None
-            and any(t.number == 0 for t in st.measured())
-        )
-
-    def _starts_at_prediction(self, trial: TrialReport, start: float) -> bool:
-        p = trial.predicted
-        return (
-            p is not None
-            and p.basis in sizing.BRACKETED
-            and p.load is not None
-            and start == self.st.axis.floor(p.load * PREDICTED_ABOVE)
-        )
-
-    def start_load(
-        self, best: TrialReport | None, predicted: PredictedReport | None = None
-    ) -> float:
-        """Where a capacity search starts: just above the capacity the serving model predicted,
-        where it was calibrated on this configuration's build, by its trials or by the probe's
-        sweeps (a well-predicted trial then needs two points: ``PREDICTED_ABOVE``); else the
-        best configuration's capacity (so two are compared at the same load first); for the
-        first, the start option, or under the rate model what the probe's load point
-        sustained."""
-        st = self.st
-        if predicted is not None and predicted.basis in sizing.BRACKETED and predicted.load:
-            return st.axis.floor(predicted.load * PREDICTED_ABOVE)
-        if best is not None and (x := st.load_of(best)) is not None:
-            return st.axis.floor(x)
-        if st.axis.kind == "concurrency":
-            return float(st.opts.start_concurrency)
-        if st.opts.start_rate_rps is not None:
-            return st.opts.start_rate_rps
-        d = st.diagnosis
-        if d is not None and d.load_metrics is not None and d.load_metrics.requests_per_s > 0:
-            return st.axis.floor(d.load_metrics.requests_per_s)
-        return 1.0
 
     # ------------------------------------------------------------ one load point
     def point(
