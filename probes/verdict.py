@@ -19,27 +19,38 @@ Rules (each figure comes from the probe's own sweeps, never from a data sheet):
 - Speculative decoding is expected to pay off when decoding is memory-bound and a step's cost
   grows little with the batch (spare compute for the draft tokens) at the load the SLO allows;
   under a throughput objective at high concurrency that compute is already in use.
-The order of the stages never changes (batching, quantisation, speculative decoding); the
-verdict orders the budget, and a stage not expected to pay off still gets confirmation trials.
+The order of the stages never changes (batching, quantisation, speculative decoding). The verdict
+says what is expected and why; how the tuner weighs its budget by that is the tuner's own
+(tuner/run/stages.py ``STAGE_WEIGHTS``).
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, model_validator
 
 Expectation = Literal["likely", "unlikely", "unknown"]
 BF16_EMULATED = 0.5  # bf16 matmul rate / float32's under this: the device emulates bf16
 
 
 class StagePlan(BaseModel):
+    """Whether a stage is expected to pay off on this machine, and why."""
+
     model_config = ConfigDict(extra="forbid")
 
     name: str
     expected: Expectation
     reason: str
-    weight: float  # share of the search budget
+
+    @model_validator(mode="before")
+    @classmethod
+    def _legacy_weight(cls, data: Any) -> Any:
+        # Reports written before 2026-12-06 carry the tuner's budget share here, as the
+        # probe decided it then; the tuner decides it now (tuner/run/stages.py).
+        if isinstance(data, dict) and "weight" in data:
+            data = {k: v for k, v in data.items() if k != "weight"}
+        return data
 
 
 class ProbeVerdict(BaseModel):
@@ -91,7 +102,6 @@ def decide(
             StagePlan(
                 name="batching",
                 expected="unknown",
-                weight=0.6,
                 reason="no concurrency sweep to judge batching by",
             )
         )
@@ -100,7 +110,6 @@ def decide(
             StagePlan(
                 name="batching",
                 expected="likely",
-                weight=0.6,
                 reason=f"tokens/s grows {batching_gain:.1f}x from 1 sequence to the largest batch "
                 "swept: the batch limits and prefill chunking set the capacity",
             )
@@ -112,7 +121,6 @@ def decide(
             StagePlan(
                 name="batching",
                 expected="likely",
-                weight=0.6,
                 reason=f"tokens/s grows only {batching_gain:.1f}x with concurrency while the time "
                 f"per token stays flat ({tpot_growth:.2f}x): requests are served one after "
                 "another and queue, so batching them is the remedy",
@@ -123,7 +131,6 @@ def decide(
             StagePlan(
                 name="batching",
                 expected="unlikely",
-                weight=0.3,
                 reason=f"tokens/s grows only {batching_gain:.1f}x with the batch",
             )
         )
@@ -131,7 +138,7 @@ def decide(
     emulated = bf16_over_fp32 is not None and bf16_over_fp32 < BF16_EMULATED
     if emulated:
         b = plans[-1]
-        b.expected, b.weight = "likely", 0.6
+        b.expected = "likely"
         b.reason = (
             f"bf16 matmuls run at {bf16_over_fp32:.1%} of float32's here (emulated: no bf16 "
             f"instructions), so serving in float32 (the stage's dtype knob) computes faster; "
@@ -167,7 +174,6 @@ def decide(
             name="quantisation",
             expected=q_exp,
             reason=q_reason,
-            weight=0.25 if q_exp == "likely" else 0.1,
         )
     )
 
@@ -193,13 +199,8 @@ def decide(
             name="speculative",
             expected=s_exp,
             reason=s_reason,
-            weight=0.15 if s_exp == "likely" else 0.1,
         )
     )
-    total = sum(p.weight for p in plans)
-    for p in plans:
-        p.weight = round(p.weight / total, 3)
-
     where = (
         "before the first token (prefill and queueing)" if bottleneck == "prefill" else ("decoding")
     )

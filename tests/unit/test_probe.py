@@ -18,10 +18,11 @@ from probes.client import LoadClient
 from probes.diagnose import Diagnosis, SweepPoint, prefill_rate, run_diagnosis
 from probes.inference import InferenceMeasurementError
 from probes.roofline import model_size, parse_cache_bytes
-from probes.verdict import decide
+from probes.verdict import StagePlan, decide
 from probes.workload import parse_workload
 from tests.fakes.openai_server import FakeOpenAIServer
 from tuner.cli.main import app
+from tuner.run.stages import stage_weight
 
 
 class ScriptedClock:
@@ -98,7 +99,8 @@ def test_verdict_memory_bound_decode_expects_quantisation() -> None:
     assert v.decode_memory_bound is True
     plan = {s.name: s.expected for s in v.stages}
     assert plan == {"batching": "likely", "quantisation": "likely", "speculative": "unlikely"}
-    assert sum(s.weight for s in v.stages) == pytest.approx(1.0, abs=0.01)
+    # the probe says what it expects and why; the budget's weights are the tuner's
+    assert all(set(s.model_dump()) == {"name", "expected", "reason"} for s in v.stages)
 
 
 def test_verdict_weights_in_cache_are_not_dram_bound() -> None:
@@ -321,7 +323,8 @@ def test_verdict_emulated_bf16_expects_batching_to_pay_off_through_float32() -> 
     v = decide(bf16_over_fp32=1.1 / 74, **flat)  # type: ignore[arg-type]
     batching = next(s for s in v.stages if s.name == "batching")
     assert batching.expected == "likely" and "float32" in batching.reason
-    assert batching.weight > next(s for s in plain.stages if s.name == "batching").weight
+    before = next(s for s in plain.stages if s.name == "batching")
+    assert stage_weight("batching", batching.expected) > stage_weight("batching", before.expected)
     assert "bf16 is emulated (1.5%" in v.summary
     assert v.bf16_over_fp32 == pytest.approx(1.1 / 74)
 
@@ -365,3 +368,13 @@ def test_a_decode_sweep_that_learnt_enough_from_one_request_ends_there() -> None
     one = d.decode_sweep[0]
     assert one.ttft_ms_p50 is not None and one.e2e_ms_p50 is not None
     assert d.client_prefill_share == pytest.approx(one.ttft_ms_p50 / one.e2e_ms_p50)
+
+
+def test_a_report_written_with_the_probes_old_budget_weights_still_loads() -> None:
+    """Reports before 2026-12-06 carried the tuner's budget share in the probe's stage plan."""
+    old = {"name": "batching", "expected": "likely", "reason": "r", "weight": 0.6}
+    assert StagePlan.model_validate(old).model_dump() == {
+        "name": "batching",
+        "expected": "likely",
+        "reason": "r",
+    }

@@ -105,8 +105,8 @@ def probe_section(r: Report) -> list[str]:
             f"measured copy bandwidth {d.device.memory_bandwidth_gbps:.1f} GB/s, so at least "
             f"{ms_text(v.decode_floor_ms)} per step; measured {matmul_text(d.device)}."
         )
-    out += ["", "| stage | expected to pay off | why | budget share |", "| --- | --- | --- | --- |"]
-    out += [f"| {s.name} | {s.expected} | {s.reason} | {s.weight:.0%} |" for s in v.stages]
+    out += ["", "| stage | expected to pay off | why |", "| --- | --- | --- |"]
+    out += [f"| {s.name} | {s.expected} | {s.reason} |" for s in v.stages]
     out.append("")
     return out
 

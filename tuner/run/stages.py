@@ -27,12 +27,30 @@ if TYPE_CHECKING:
 
 PlanRow = tuple[str, int | None, str, str | None]  # name, trials (None: skipped), why, expected
 
+# How the trials are shared between the stages, by stage kind and by what the probe expects of
+# it (probes/verdict.py): batching, where the capacity is set, gets the most either way; a
+# stage not expected to pay off still gets a share, so the prediction is checked by
+# measurement. Relative weights: ``plan`` divides by their sum over the stages run.
+STAGE_WEIGHTS: dict[str, dict[str, float]] = {
+    "batching": {"likely": 0.6, "unknown": 0.6, "unlikely": 0.3},
+    "quantisation": {"likely": 0.25, "unknown": 0.1, "unlikely": 0.1},
+    "speculative": {"likely": 0.15, "unknown": 0.1, "unlikely": 0.1},
+}
+
+
+def stage_weight(kind: str, expected: str | None) -> float:
+    """A stage's relative share of the trials (1.0 without a probe verdict)."""
+    if expected is None:
+        return 1.0
+    return STAGE_WEIGHTS.get(kind, {}).get(expected, 0.1)
+
 
 def plan(st: RunState) -> list[PlanRow]:
     """Per stage in the space's order: (name, trials or None if skipped, reason, expected).
 
-    The probe's verdict (per stage kind) weighs the budget; a stage it does not expect to pay
-    off still gets at least one trial, so the prediction is checked by measurement. A kind the
+    The probe's verdict (per stage kind) weighs the budget (``STAGE_WEIGHTS``); a stage it does
+    not expect to pay off still gets at least one trial, so the prediction is checked by
+    measurement. A kind the
     search space has no stage of, or a stage --stages leaves out, is skipped with its reason.
     """
     space = st.space
@@ -54,7 +72,7 @@ def plan(st: RunState) -> list[PlanRow]:
             if not st.selected(stage):
                 rows.append((stage.name, None, f"left out by --stages; {why}", expected))
             else:
-                rows.append((stage.name, v.weight if v else 1.0, why, expected))
+                rows.append((stage.name, stage_weight(kind, expected), why, expected))
     run = [(n, w) for n, w, _, _ in rows if w is not None]
     total_w = sum(w for _, w in run) or 1.0
     trials = st.opts.trials
