@@ -2,8 +2,9 @@
 
 - ``transformers serve``: a short tuning whose batching stage measures continuous against
   static batching (the contrast figure).
-- ``--engine endpoint``: nothing launched; against a vLLM server and a transformers server
-  started here by hand (the transformers one has not served a request before autotune attaches).
+- ``--engine endpoint``: nothing launched; against a transformers server started here by hand,
+  which has not served a request before autotune attaches (vLLM's case:
+  test_one_server_vllm.py).
 Kept small for CI; it asserts no times.
 """
 
@@ -80,30 +81,21 @@ def test_transformers_continuous_over_static(tmp_path: Path) -> None:
 
 
 @pytest.mark.timeout(900)
-@pytest.mark.parametrize("engine_name", ["vllm", "transformers"])
-def test_endpoint_against_a_server_started_by_hand(engine_name: str, tmp_path: Path) -> None:
+def test_endpoint_against_a_transformers_server_started_by_hand(tmp_path: Path) -> None:
+    """(vLLM's endpoint case shares a server with other checks: test_one_server_vllm.py.)"""
     model = resolve_model("smollm2-135m").path
-    engine = get_engine(engine_name)
-    # The transformers server runs continuous batching, whose first request is slow (warm-up).
-    args = (
-        ["--enforce-eager"]
-        if engine_name == "vllm"
-        else ["--device", "cpu", "--continuous-batching"]
-    )
-    env = {"VLLM_CPU_KVCACHE_SPACE": "1"} if engine_name == "vllm" else {}
-    spec = engine.launch_spec(model, args, env, free_port())
+    engine = get_engine("transformers")
+    # continuous batching, whose first request is slow (warm-up)
+    spec = engine.launch_spec(model, ["--device", "cpu", "--continuous-batching"], {}, free_port())
     with ServerProcess(spec, tmp_path / "server.log", startup_timeout_s=400) as srv:
-        if engine_name == "vllm":
-            srv.wait_ready()  # readiness sends one request
-        else:
-            _wait_health(srv)  # up, but no request served yet: autotune's attach is the first
+        _wait_health(srv)  # up, but no request served yet: autotune's attach is the first
         report, folder = api.tune(
             TuneOptions(
                 model="",
                 engine="endpoint",
                 endpoint=srv.base_url,
                 # transformers serve does not list the model it serves: it has to be named.
-                served_model=model if engine_name == "transformers" else None,
+                served_model=model,
                 slos=parse_slos(["ttft=10s"]),
                 workload=parse_workload("synthetic:input=32,output=16"),
                 trials=2,
@@ -122,7 +114,7 @@ def test_endpoint_against_a_server_started_by_hand(engine_name: str, tmp_path: P
     assert rec is not None and rec["launch_command"] is None
     assert all("not tuned" in s["reason"] for s in data["stages"])
     assert rec["metrics"]["n_out_source"] == "usage"
-    # at most what was asked (vLLM takes ignore_eos and gives exactly 16: test_tune_vllm.py)
+    # at most what was asked (no ignore_eos: real lengths)
     assert 0 < rec["metrics"]["mean_output_tokens"] <= 16
 
 

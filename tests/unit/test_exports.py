@@ -14,7 +14,8 @@ import yaml
 
 from tests.unit.test_runner import HW
 from tuner.engines.hardware import GPU, Hardware, template_context
-from tuner.report import exports
+from tuner.report import exports, exports_vllm
+from tuner.report.export_common import recommended_trial
 from tuner.report.schema import Report
 from tuner.spaces.launch import launch_settings
 from tuner.spaces.space import load_space, space_path
@@ -62,7 +63,7 @@ def test_vllm_config_maps_every_kind_of_argument() -> None:
         "--speculative-config", '{"method": "ngram", "num_speculative_tokens": 3}',
         "--allowed-origins", "a", "b",
     ]  # fmt: skip
-    assert exports.vllm_config(args, "/m") == {
+    assert exports_vllm.vllm_config(args, "/m") == {
         "model": "/m",
         "max-num-seqs": 64,
         "enforce-eager": True,
@@ -73,7 +74,7 @@ def test_vllm_config_maps_every_kind_of_argument() -> None:
         "allowed-origins": ["a", "b"],
     }
     with pytest.raises(ValueError, match="follows no flag"):
-        exports.vllm_config(["64"], "/m")
+        exports_vllm.vllm_config(["64"], "/m")
 
 
 def test_cpu_export_files(fake_report: Report, tmp_path: Path) -> None:
@@ -120,7 +121,7 @@ def test_cuda_manifest_asks_for_the_tensor_parallel_gpus(
         gpus=[GPU(name="NVIDIA H200", memory_mib=143771)] * 2,
     )  # fmt: skip
     report = _as_vllm(fake_report, ["--tensor-parallel-size", "2"], {}, hw)
-    deployment, service = exports.k8s_objects(report, exports.recommended_trial(report))
+    deployment, service = exports_vllm.k8s_objects(report, recommended_trial(report))
     for obj in (deployment, service):
         kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
     (container,) = deployment["spec"]["template"]["spec"]["containers"]
@@ -132,7 +133,7 @@ def test_a_bad_manifest_fails_the_schema(fake_report: Report) -> None:
     """The validator is not a rubber stamp: a misspelt field fails it."""
     args, env = _cpu_candidate()
     report = _as_vllm(fake_report, args, env, HW)
-    deployment, _ = exports.k8s_objects(report, exports.recommended_trial(report))
+    deployment, _ = exports_vllm.k8s_objects(report, recommended_trial(report))
     deployment["spec"]["replica"] = 1
     with pytest.raises(kubernetes_validate.ValidationError):
         kubernetes_validate.validate(deployment, K8S_VERSION, strict=True)
@@ -144,3 +145,29 @@ def test_no_exports_without_a_launch(fake_report: Report, tmp_path: Path) -> Non
     assert (
         exports.write_exports(fake_report.model_copy(update={"recommended": None}), tmp_path) == []
     )
+
+
+def test_an_engines_own_files_are_one_entry(
+    fake_report: Report, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The fake engine has no entry: the env file and a serve.sh that runs its measured launch
+    command. Given one, its files are written beside them and its start line used."""
+    assert fake_report.engine == "fake"
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    assert {p.name for p in exports.write_exports(fake_report, tmp_path / "a")} == {
+        "recommended.env",
+        "serve.sh",
+    }
+    trial = recommended_trial(fake_report)
+    assert trial is not None
+    assert (tmp_path / "a" / "serve.sh").read_text().count(trial.launch_command[1]) == 1
+    own = exports.EngineExports(
+        files=lambda report, t: {"fake.toml": f"trial = {t.number}\n"},
+        serve_start=lambda report, t, python: "exec fake-server\n",
+    )
+    monkeypatch.setitem(exports.ENGINES, "fake", own)
+    written = {p.name for p in exports.write_exports(fake_report, tmp_path / "b")}
+    assert written == {"recommended.env", "serve.sh", "fake.toml"}
+    assert (tmp_path / "b" / "fake.toml").read_text() == f"trial = {trial.number}\n"
+    assert (tmp_path / "b" / "serve.sh").read_text().endswith("\nexec fake-server\n")

@@ -1,16 +1,13 @@
 """Deployment files for the recommended configuration, written beside the report.
 
-- ``recommended.vllm.yaml``: vLLM's ``--config`` file. Each engine argument is a key without
-  its dashes: a flag alone is ``true``, its ``--no-`` form ``false`` (vLLM turns it back into
-  that flag), a JSON argument a mapping, the model folder ``model``.
+Every engine that autotune starts gets:
 - ``recommended.env``: the environment, ``KEY=value`` a line (``docker run --env-file``,
-  systemd's ``EnvironmentFile``).
+  systemd's ``EnvironmentFile``);
 - ``serve.sh``: starts the recommended server with that environment on ``$HOST:$PORT``
-  (127.0.0.1:8000 unless set).
-- ``k8s.yaml`` (vLLM only): a Deployment and a Service for the same server: vLLM's image of the
-  run's version, the same arguments and environment, the model folder mounted from the node,
-  the run's GPUs (``nvidia.com/gpu``) or its cores and memory as requests equal to limits (so
-  that a CPU binding to those cores holds under Kubernetes' static CPU manager).
+  (127.0.0.1:8000 unless set): by default the measured launch command itself;
+and what its entry in ``ENGINES`` adds: vLLM's ``--config`` file and a Kubernetes Deployment
+(tuner/report/exports_vllm.py), its serve.sh reading that file. A new engine's files are one
+entry there.
 
 Everything comes from the report (the recommended trial's arguments and environment, rendered
 for the machine the run measured), so the files say what was measured and nothing else. An
@@ -19,117 +16,45 @@ endpoint run has no launch of autotune's to export.
 
 from __future__ import annotations
 
-import json
-import re
 import shlex
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-import yaml
-
+from tuner.report import exports_vllm
+from tuner.report.export_common import PORT, comment, header, recommended_trial
 from tuner.report.schema import Report, TrialReport, write_atomic
-from tuner.report.text import load_text
 
-CONFIG_FILE = "recommended.vllm.yaml"
 ENV_FILE = "recommended.env"
 SERVE_FILE = "serve.sh"
-K8S_FILE = "k8s.yaml"
-PORT = 8000
-VLLM_MODULE = "vllm.entrypoints.openai.api_server"
-# vLLM's published images of a version (its docs' "Using Docker"); the CPU build has its own.
-CUDA_IMAGE = "vllm/vllm-openai:v{version}"
-CPU_IMAGE = "public.ecr.aws/q9t5s3a7/vllm-cpu-release-repo:v{version}"
 
 
-def recommended_trial(report: Report) -> TrialReport | None:
-    """The trial the recommendation was measured on (0: the baseline)."""
-    rec = report.recommended
-    if rec is None:
-        return None
-    trials = [report.baseline, *report.trials] if report.baseline else report.trials
-    return next((t for t in trials if t is not None and t.number == rec.from_trial), None)
+@dataclass(frozen=True)
+class EngineExports:
+    """An engine's own deployment files (by name) and serve.sh's start line (None: the
+    measured launch command)."""
+
+    files: Callable[[Report, TrialReport], dict[str, str]]
+    serve_start: Callable[[Report, TrialReport, str], str] | None = None
 
 
-def vllm_config(args: list[str], model: str) -> dict[str, Any]:
-    """vLLM engine arguments as its ``--config`` mapping (``model`` first; a later ``--model``
-    in ``args``, a pre-quantised checkpoint, replaces it)."""
-    out: dict[str, Any] = {"model": model}
-    i = 0
-    while i < len(args):
-        flag = args[i]
-        if not flag.startswith("--"):
-            raise ValueError(f"engine argument {flag!r} follows no flag")
-        values = []
-        i += 1
-        while i < len(args) and not args[i].startswith("--"):
-            values.append(args[i])
-            i += 1
-        key = flag[2:]
-        if not values:
-            if key.startswith("no-"):
-                out[key[3:]] = False
-            else:
-                out[key] = True
-        elif len(values) == 1:
-            out[key] = _value(values[0])
-        else:
-            out[key] = [_value(v) for v in values]
-    return out
-
-
-def _value(text: str) -> Any:
-    """A flag's value as YAML keeps it: a JSON object as a mapping, a number as a number."""
-    if text.startswith("{"):
-        try:
-            return json.loads(text)
-        except json.JSONDecodeError:
-            return text
-    if re.fullmatch(r"-?\d+", text):
-        return int(text)
-    if re.fullmatch(r"-?(\d+\.\d*|\.\d+)([eE]-?\d+)?", text):
-        return float(text)
-    return text
-
-
-def _header(report: Report, trial: TrialReport) -> list[str]:
-    rec = report.recommended
-    assert rec is not None
-    claim = f"{rec.metrics.output_tokens_per_s:.1f} output tok/s at {load_text(rec.load)}"
-    slos = ", ".join(f"p{s.percentile} {s.metric} <= {s.limit_ms:g} ms" for s in report.slo)
-    verdict = "met" if rec.meets_slo else "NOT met"
-    return [
-        f"autotune {report.run_id}: the recommended configuration (trial {trial.number}, "
-        f"{trial.stage})",
-        f"measured on {report.hardware.hostname} ({report.hardware.label}), "
-        f"{report.engine_version}",
-        f"claim: {claim}, {rec.n_requests} requests; SLOs {slos}: {verdict}",
-        "thread bindings, paths and memory sizes are that machine's: check them on another",
-    ]
-
-
-def _comment(lines: list[str]) -> str:
-    return "".join(f"# {line}\n" for line in lines)
-
-
-def config_text(report: Report, trial: TrialReport) -> str:
-    body = yaml.safe_dump(vllm_config(trial.args, report.model_path), sort_keys=False)
-    return _comment(_header(report, trial)) + body
+ENGINES: dict[str, EngineExports] = {
+    "vllm": EngineExports(exports_vllm.files, exports_vllm.serve_start),
+}
 
 
 def env_text(report: Report, trial: TrialReport) -> str:
     lines = [f"{k}={v}" for k, v in trial.env.items()]
-    return _comment(_header(report, trial)) + "".join(f"{line}\n" for line in lines)
+    return comment(header(report, trial)) + "".join(f"{line}\n" for line in lines)
 
 
 def serve_text(report: Report, trial: TrialReport) -> str:
-    """A bash script that execs the server; vLLM reads its arguments from the config file."""
+    """A bash script that execs the server with the recommended environment."""
     exports = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in trial.env.items())
     python = shlex.quote(trial.launch_command[0]) if trial.launch_command else "python3"
-    if report.engine == "vllm":
-        start = (
-            f'exec "${{PYTHON:-{python}}}" -m {VLLM_MODULE} --config "$here/{CONFIG_FILE}" \\\n'
-            f'  --host "${{HOST:-127.0.0.1}}" --port "${{PORT:-{PORT}}}" "$@"\n'
-        )
+    own = ENGINES.get(report.engine)
+    if own is not None and own.serve_start is not None:
+        start = own.serve_start(report, trial, python)
     else:
         argv = [shlex.quote(a) for a in _without(trial.launch_command, ("--host", "--port"))]
         argv[0] = f'"${{PYTHON:-{python}}}"'
@@ -138,13 +63,13 @@ def serve_text(report: Report, trial: TrialReport) -> str:
             f'  --host "${{HOST:-127.0.0.1}}" --port "${{PORT:-{PORT}}}" "$@"\n'
         )
     notes = [
-        *_header(report, trial),
+        *header(report, trial),
         f"HOST and PORT set where it listens (127.0.0.1:{PORT}); PYTHON the Python with the "
         "engine; further arguments go to the engine",
     ]
     return (
         "#!/usr/bin/env bash\n"
-        + _comment(notes)
+        + comment(notes)
         + "set -euo pipefail\n"
         + 'here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"\n'
         + exports
@@ -166,114 +91,14 @@ def _without(argv: list[str], flags: tuple[str, ...]) -> list[str]:
     return out
 
 
-def k8s_objects(report: Report, trial: TrialReport) -> list[dict[str, Any]]:
-    """A Deployment and a Service running the recommended vLLM server."""
-    name = _k8s_name(f"autotune-{report.model}")
-    model_dir = f"/models/{Path(report.model_path).name}"
-    version = report.engine_version.split()[-1]
-    hw = report.hardware
-    image = (CUDA_IMAGE if hw.gpus else CPU_IMAGE).format(version=version)
-    labels = {"app.kubernetes.io/name": "vllm", "app.kubernetes.io/instance": name}
-    # Inside a pod the server listens on every address, so the Service can reach it.
-    args = [*_model_args(trial.args, report.model_path, model_dir)]
-    args = ["--model", model_dir, "--host", "0.0.0.0", "--port", str(PORT), *args]
-    resources: dict[str, Any]
-    if hw.gpus:
-        resources = {"limits": {"nvidia.com/gpu": _tensor_parallel(trial.args)}}
-    else:
-        size = {"cpu": str(hw.cpu_count), "memory": f"{int(hw.memory_gib)}Gi"}
-        resources = {"requests": dict(size), "limits": dict(size)}
-    probe = {"httpGet": {"path": "/health", "port": "http"}, "periodSeconds": 10}
-    container = {
-        "name": "vllm",
-        "image": image,
-        "command": ["python3", "-m", VLLM_MODULE],
-        "args": args,
-        "env": [{"name": k, "value": v} for k, v in trial.env.items()],
-        "ports": [{"name": "http", "containerPort": PORT}],
-        # Start-up (a compile) takes minutes: readiness waits for /health, liveness after it.
-        "startupProbe": {**probe, "failureThreshold": 60},
-        "readinessProbe": probe,
-        "livenessProbe": probe,
-        "resources": resources,
-        "volumeMounts": [
-            {"name": "model", "mountPath": model_dir, "readOnly": True},
-            {"name": "shm", "mountPath": "/dev/shm"},
-        ],
-    }
-    deployment = {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": name, "labels": {**labels, "autotune/run-id": report.run_id}},
-        "spec": {
-            "replicas": 1,
-            "selector": {"matchLabels": labels},
-            "template": {
-                "metadata": {"labels": labels},
-                "spec": {
-                    "containers": [container],
-                    "volumes": [
-                        {
-                            "name": "model",
-                            "hostPath": {"path": report.model_path, "type": "Directory"},
-                        },
-                        {"name": "shm", "emptyDir": {"medium": "Memory"}},
-                    ],
-                },
-            },
-        },
-    }
-    service = {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": {"name": name, "labels": labels},
-        "spec": {
-            "selector": labels,
-            "ports": [{"name": "http", "port": PORT, "targetPort": "http"}],
-        },
-    }
-    return [deployment, service]
-
-
-def _model_args(args: list[str], model_path: str, model_dir: str) -> list[str]:
-    """``args`` with the model folder, where one names it, as mounted in the pod."""
-    return [model_dir if a == model_path else a for a in args]
-
-
-def _tensor_parallel(args: list[str]) -> int:
-    for flag in ("--tensor-parallel-size", "-tp"):
-        if flag in args and args.index(flag) + 1 < len(args):
-            return int(args[args.index(flag) + 1])
-    return 1
-
-
-def _k8s_name(text: str) -> str:
-    """A DNS-1035 label: lower case, digits and dashes, a letter first, 63 at most."""
-    s = re.sub(r"[^a-z0-9-]+", "-", text.lower()).strip("-")
-    return (s if s[:1].isalpha() else f"m-{s}")[:63].rstrip("-")
-
-
-class _NoAliases(yaml.SafeDumper):
-    """Writes a mapping used twice (the labels) out in full, not as a YAML anchor."""
-
-    def ignore_aliases(self, data: Any) -> bool:
-        return True
-
-
-def k8s_text(report: Report, trial: TrialReport) -> str:
-    docs = yaml.dump_all(k8s_objects(report, trial), Dumper=_NoAliases, sort_keys=False)
-    return _comment(_header(report, trial)) + docs
-
-
 def write_exports(report: Report, folder: Path) -> list[Path]:
     """The deployment files of the recommendation in ``folder``; none without a launch."""
     trial = recommended_trial(report)
     if trial is None or not trial.launch_command or report.endpoint is not None:
         return []
     files = {ENV_FILE: env_text(report, trial), SERVE_FILE: serve_text(report, trial)}
-    if report.engine == "vllm":
-        files[CONFIG_FILE] = config_text(report, trial)
-        files[K8S_FILE] = k8s_text(report, trial)
+    if (own := ENGINES.get(report.engine)) is not None:
+        files |= own.files(report, trial)
     paths = []
     for name, text in files.items():
         path = folder / name
