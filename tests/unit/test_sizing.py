@@ -377,3 +377,24 @@ def test_the_next_point_is_costed_at_its_own_size_not_the_last_ones(tmp_path: Pa
     assert "time budget" in (sizing.points_time_left(st, t, 6.0) or "")
     clock.t = BUDGET_S - reserve - planned_s - 5.0
     assert sizing.points_time_left(st, t, 6.0) is None
+
+
+def test_the_baseline_keeps_nothing_back_for_trials_until_one_of_its_loads_holds(
+    tmp_path: Path,
+) -> None:
+    """The README command on a slow Xeon (2026-12-06): 2.0 and 1.57 requests/s broke, 460 s
+    into 780; keeping the first trial's gate back would stop the baseline with no figure."""
+    clock = Clock()
+    st = _state(tmp_path, clock)
+    base = _trial(0, 125.0, 1.57, e2e_ms=35_000.0)
+    base.metrics = None
+    base.points = [_point(2.0, False, e2e_ms=38_000.0), _point(1.57, False, e2e_ms=36_000.0)]
+    for p in base.points:
+        p.metrics.duration_s = 60.0
+    clock.t = 460.0
+    assert sizing.points_time_left(st, base) is None  # one more point fits the budget itself
+    base.points.append(_point(1.38, True, e2e_ms=30_000.0))
+    base.points[-1].metrics.duration_s = 60.0
+    clock.t = 520.0
+    # Now it has a figure: the first trial's gate is kept back again, and does not fit.
+    assert "time budget" in (sizing.points_time_left(st, base) or "")
