@@ -3,7 +3,7 @@
 Which records are a stall the load did not cause is probes/transient.py's; whether a try is
 measured again is decided here, for both kinds of try: a capacity search point that broke only
 through one (``again_point``, asked by tuner/run/trial.py) and a confirmation try that missed
-its headroom only through one (``again_try``, asked by tuner/run/recommend.py). The try set
+its headroom only through one (``again_try``, asked by tuner/run/confirmation.py). The try set
 aside is kept as warm-up, written beside the points as ``*-disturbed.jsonl``, and said in a
 line and a run note (``set_aside``); the caller measures the same load again, once.
 

@@ -26,8 +26,8 @@ from tuner.engines.base import EngineDied, EngineStartError, RunningServer, rais
 from tuner.report.schema import PointReport, PredictedReport, TrialReport, dump_json, write_atomic
 from tuner.run import (
     checkpoint,
+    confirmation,
     reach,
-    recommend,
     share,
     side_by_side,
     sizing,
@@ -226,7 +226,7 @@ class Evaluator:
         ):
             self.gates.deferred_reference(server, trial)
         if baseline and trial.status == "ok" and st.opts.confirm_baseline and st.launches:
-            st.baseline_confirmed = recommend.confirm_on(
+            st.baseline_confirmed = confirmation.confirm_on(
                 st, self, server, trial, tdir, "baseline confirmation", baseline=True
             )
         if trial.quality is not None:
@@ -250,7 +250,7 @@ class Evaluator:
             st.say(f"{label}: leads, and the time budget holds no further trial")
             if st.trial_confirmed is not None:
                 st.displaced_confirmed = st.trial_confirmed
-            st.trial_confirmed = recommend.confirm_on(
+            st.trial_confirmed = confirmation.confirm_on(
                 st, self, server, trial, st.out / "confirmation", "confirmation"
             )
 
