@@ -18,6 +18,29 @@ from probes.prompts import WorkloadError
 Row = tuple[int, dict[str, Any]]  # (line number, the row's values by column)
 
 
+def file_lines(
+    path: Path, what: str, *, missing: str | None = None, encoding: str = "utf-8", hint: str = ""
+) -> list[str]:
+    """The lines of a workload's text file (a trace, a pairs file, a JSONL workload).
+
+    Args:
+        what: how errors name the file (``"trace"``, ``"workload"``).
+        missing: the error where there is no such file (default: that it is not one).
+        hint: what the file should hold, said where it is not text.
+
+    Raises:
+        WorkloadError: a missing or unreadable file, or one not UTF-8 text.
+    """
+    if not path.is_file():
+        raise WorkloadError(missing or f"{what} {str(path)!r} is not an existing file")
+    try:
+        return path.read_text(encoding=encoding).splitlines()
+    except UnicodeDecodeError:
+        raise WorkloadError(f"{what} {path}: not UTF-8 text{hint}") from None
+    except OSError as exc:
+        raise WorkloadError(f"{what} {path}: cannot be read: {exc.strerror or exc}") from None
+
+
 def read_table(path: Path, what: str) -> tuple[list[Row], list[str]]:
     """The rows of ``path`` and its columns (a CSV's header; the keys of a JSONL's first row).
 
@@ -27,14 +50,7 @@ def read_table(path: Path, what: str) -> tuple[list[Row], list[str]]:
     Raises:
         WorkloadError: a missing or unreadable file, a bad line, no rows.
     """
-    if not path.is_file():
-        raise WorkloadError(f"{what} {str(path)!r} is not an existing file")
-    try:
-        lines = path.read_text(encoding="utf-8-sig").splitlines()
-    except UnicodeDecodeError:
-        raise WorkloadError(f"{what} {path}: not UTF-8 text") from None
-    except OSError as exc:
-        raise WorkloadError(f"{what} {path}: cannot be read: {exc.strerror or exc}") from None
+    lines = file_lines(path, what, encoding="utf-8-sig")
     first = next((line for line in lines if line.strip()), "")
     rows: list[Row] = []
     if first.lstrip().startswith("{"):

@@ -76,6 +76,7 @@ from probes.kinds import (
 )
 from probes.prefixes import PrefixGroups
 from probes.prompts import PromptBuilder, Tokenizer, WorkloadError, synthetic_prompt
+from probes.tables import file_lines
 from probes.trace import TraceWorkload
 
 __all__ = [
@@ -119,16 +120,13 @@ def parse_workload(spec: str) -> Workload:
 
 
 def load_file_workload(path: Path) -> FileWorkload:
-    if not path.is_file():
-        raise WorkloadError(
-            f"workload {str(path)!r} is neither synthetic:input=N,output=M nor an existing file"
-        )
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except UnicodeDecodeError:
-        raise WorkloadError(f"workload {path}: not UTF-8 text (one JSON object a line)") from None
-    except OSError as exc:
-        raise WorkloadError(f"workload {path}: cannot be read: {exc.strerror or exc}") from None
+    lines = file_lines(
+        path,
+        "workload",
+        missing=f"workload {str(path)!r} is neither synthetic:input=N,output=M "
+        "nor an existing file",
+        hint=" (one JSON object a line)",
+    )
     items: list[FileItem] = []
     for n, line in enumerate(lines, 1):
         if not line.strip():
