@@ -21,6 +21,7 @@ from pydantic import (
     model_validator,
 )
 
+from probes.derive import derive
 from probes.slo import SLOSet
 from probes.workload import FileWorkload, TraceWorkload, Workload, WorkloadError, trace_scale
 from tuner.scoring.capacity import RATE_STEP
@@ -131,6 +132,10 @@ class TuneOptions(BaseModel):
     study: str | None = None
     shared_heartbeat_s: int = Field(10, ge=1)  # a running trial's heartbeat, in a shared study
     shared_grace_s: int = Field(40, ge=2)  # silent this long: failed, and queued again
+    # --check-workload: after the confirmation, the recommendation and the baseline measured on
+    # each of these held-out workloads (tuner/run/held_out.py); "derived": one derived from the
+    # tuned workload with another length shape (probes/derive.py).
+    check_workloads: list[Workload | Literal["derived"]] = []
     command: list[str] = []
 
     @field_validator("command")
@@ -221,24 +226,40 @@ class TuneOptions(BaseModel):
     @model_validator(mode="after")
     def _arrivals(self) -> TuneOptions:
         """A workload with its own arrival process (gamma gaps, a trace's times) needs the
-        open loop, and a trace times to scale."""
-        wl = self.workload
-        own: str | None = None
-        if isinstance(wl, TraceWorkload):
-            own = "a trace's own times; pairs:FILE takes its lengths alone"
-        elif not isinstance(wl, FileWorkload) and wl.arrivals is not None:
-            own = wl.arrivals.spec
-        if own and self.load_model == "concurrency":
-            raise ValueError(
-                "--load concurrency sends each request when a client's last one ends, which "
-                f"ignores the workload's arrivals ({own}); use --load rate"
-            )
-        if isinstance(wl, TraceWorkload):
-            try:
-                trace_scale(wl, 1.0)
-            except WorkloadError as exc:
-                raise ValueError(str(exc)) from None
+        open loop, and a trace times to scale; so does each held-out workload."""
+        for flag, wl in [("", self.workload), *(("--check-workload ", w) for w in self.held_out)]:
+            _check_arrivals(wl, self.load_model, flag)
         return self
+
+    @model_validator(mode="after")
+    def _held_out(self) -> TuneOptions:
+        if self.check_workloads and self.engine == "endpoint":
+            raise ValueError(
+                "--check-workload compares the recommendation with the engine's defaults, "
+                "which needs an engine autotune starts, not an endpoint"
+            )
+        return self
+
+    @property
+    def held_out(self) -> list[Workload]:
+        """The --check-workload workloads, ``derived`` derived from the tuned one.
+
+        Raises:
+            ValueError: ``derived`` where the tuned workload has nothing to derive from.
+        """
+        return [self.derived()[0] if isinstance(w, str) else w for w in self.check_workloads]
+
+    def derived(self) -> tuple[Workload, str]:
+        """The workload ``derived`` stands for, and what was derived (probes/derive.py).
+
+        Raises:
+            ValueError: the tuned workload has nothing to derive from.
+        """
+        try:
+            d = derive(self.workload)
+        except WorkloadError as exc:
+            raise ValueError(str(exc)) from None
+        return d.workload, d.what
 
     @model_validator(mode="after")
     def _target(self) -> TuneOptions:
@@ -264,6 +285,30 @@ class TuneOptions(BaseModel):
         elif not self.model:
             raise ValueError("--model is required (try --model smollm2-135m)")
         return self
+
+
+def _check_arrivals(wl: Workload, load_model: str, flag: str) -> None:
+    """A workload with its own arrival process needs the open loop, and a trace times to scale.
+
+    Raises:
+        ValueError: naming the flag (``flag``: "" for --workload) and what to do.
+    """
+    own: str | None = None
+    if isinstance(wl, TraceWorkload):
+        own = "a trace's own times; pairs:FILE takes its lengths alone"
+    elif not isinstance(wl, FileWorkload) and wl.arrivals is not None:
+        own = wl.arrivals.spec
+    if own and load_model == "concurrency":
+        what = f"{flag}{wl.label}" if flag else "the workload"
+        raise ValueError(
+            f"--load concurrency sends each request when a client's last one ends, which "
+            f"ignores {what}'s arrivals ({own}); use --load rate"
+        )
+    if isinstance(wl, TraceWorkload):
+        try:
+            trace_scale(wl, 1.0)
+        except WorkloadError as exc:
+            raise ValueError(f"{flag}{exc}" if flag else str(exc)) from None
 
 
 def redact(text: str) -> str:

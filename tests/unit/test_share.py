@@ -99,11 +99,8 @@ def test_a_bounded_run_gives_its_first_trials_a_share_and_the_last_of_the_few_no
     lines: list[str] = []
     opts = _options(tmp_path, time_budget_s=3600.0, trials=3, side_by_side=False)
     assert opts.space_file is not None
-    opts.space_file.write_text(
-        opts.space_file.read_text().replace(
-            "      - {max_concurrent: 8, broken: true}", "      - {max_concurrent: 4, broken: false}"
-        )
-    )
+    broken, working = "{max_concurrent: 8, broken: true}", "{max_concurrent: 4, broken: false}"
+    opts.space_file.write_text(opts.space_file.read_text().replace(broken, working))
     runner = Runner(opts, lines.append, engine=FakeEngine(), hardware=HW)
     seen: list[tuple[int, float]] = []
     real = sizing.n_search

@@ -14,13 +14,14 @@ import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Literal
 
 import typer
 
 from tuner.cli.common import DEFAULT_WORKLOAD, fail, finish
 
 if TYPE_CHECKING:
+    from probes.workload import Workload
     from tuner.report.schema import Report
 
 DEFAULT_SLO = "ttft=2s"
@@ -88,6 +89,14 @@ def tune_cmd(
             "trace:FILE[,scale=S] or a .jsonl file (docs/usage.md)"
         ),
     ] = DEFAULT_WORKLOAD,
+    check_workload: Annotated[
+        list[str],
+        typer.Option(
+            help="after the confirmation, measure the recommendation and the baseline on this "
+            "held-out workload too (same forms as --workload, or derived: the tuned one's mean "
+            "lengths in another shape); repeatable; not in a time budget that cannot hold it",
+        ),
+    ] = [],  # noqa: B006
     load: Annotated[
         str,
         typer.Option(
@@ -217,6 +226,7 @@ def tune_cmd(
     try:
         slos = parse_slos(slo or [DEFAULT_SLO])
         wl = parse_workload(workload)
+        checks = [_check_workload(w, parse_workload) for w in check_workload]
         budget_s = parse_duration(time_budget) if time_budget else None
         startup_s = parse_duration(startup_timeout)
         request_s = parse_duration(request_timeout)
@@ -248,6 +258,7 @@ def tune_cmd(
             model=model,
             slos=slos,
             workload=wl,
+            check_workloads=checks,
             engine=engine,
             load_model=load,
             salt=salt,
@@ -282,6 +293,23 @@ def tune_cmd(
     from tuner.run.progress import Display
 
     _run_tuning(lambda: api.tune(opts, Display()), as_json)
+
+
+def _check_workload(spec: str, parse: Callable[[str], Workload]) -> Workload | Literal["derived"]:
+    """One ``--check-workload``: ``derived`` (made from the tuned workload once it is known),
+    or a workload of ``--workload``'s forms.
+
+    Raises:
+        WorkloadError: naming the flag and what is wrong with the spec.
+    """
+    from probes.workload import WorkloadError
+
+    if spec.strip() == "derived":
+        return "derived"
+    try:
+        return parse(spec)
+    except WorkloadError as exc:
+        raise WorkloadError(f"--check-workload: {exc}") from None
 
 
 def _run_tuning(call: Callable[[], tuple[Report, Path]], as_json: bool = False) -> None:

@@ -17,6 +17,8 @@ import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 from plotly.subplots import make_subplots
 
+from tuner.report.html_held_out import INTRO as HELD_OUT_INTRO
+from tuner.report.html_held_out import held_out_html
 from tuner.report.html_model import INTRO as MODEL_INTRO
 from tuner.report.html_model import model_figure, model_table
 from tuner.report.text import ms_text
@@ -42,6 +44,7 @@ th, td { border-bottom: 1px solid #d1d9e0; padding: .3rem .6rem; text-align: lef
          vertical-align: top; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; }
 tr.rec td { background: #dafbe1; }
+tr.lost td, .held-verdict.lost { background: #ffebe9; }
 .plot { min-height: 380px; }
 code { background: #eff1f3; padding: .1rem .3rem; border-radius: 4px; }
 """
@@ -421,6 +424,9 @@ def render_html(v: ReportView) -> str:
         ("Each configuration under load", INTRO["curves"], plots["curves"]),
         ("Stage by stage", INTRO["stages"], plots["stages"]),
     ]
+    if v.held_out is not None:  # the answer's check on other traffic, first after it
+        held = ("On workloads it was not tuned for", HELD_OUT_INTRO, held_out_html(v.held_out))
+        sections.insert(0, held)
     if "probe" in plots:
         sections.append(("Where the time goes", INTRO["probe"], plots["probe"] + _probe_tables(v)))
     if v.predictions is not None:

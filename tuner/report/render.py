@@ -9,6 +9,7 @@ from typing import Any
 
 from probes.drift import HORIZON_S
 from probes.exactness import describe
+from tuner.report.held_out_view import held_out_view
 from tuner.report.render_cells import (
     interval,
     lat,
@@ -17,6 +18,7 @@ from tuner.report.render_cells import (
     shell_command,
     workload_sent_text,
 )
+from tuner.report.render_held_out import held_out_section
 from tuner.report.render_model import model_section
 from tuner.report.render_probe import probe_section
 from tuner.report.render_recommend import recommendation_section
@@ -67,6 +69,7 @@ def render_markdown(r: Report) -> str:
         out += [f"**Workload sent**: {sent}.", ""]
     out += rescored_section(r)
     out += recommendation_section(r)
+    out += held_out_section(r)
     base = r.baseline
     if r.exactness is not None:
         out += [f"**Exactness of speculative decoding**: {describe(r.exactness)}.", ""]
@@ -145,6 +148,8 @@ def render_summary(r: Report, report_dir: str) -> str:
             )
     if r.exactness is not None:
         lines.append(f"  speculative decoding exactness: {describe(r.exactness)}")
+    if (held := held_out_view(r)) is not None:
+        lines.append(f"  held-out workloads: {held.verdict}")
     lines.append(f"  report: {report_dir}/report.md (and report.json)")
     return "\n".join(lines)
 

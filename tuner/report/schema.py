@@ -174,6 +174,26 @@ class Recommendation(Strict):
     fresh_start: bool = False  # measured on a fresh start of ``launch_command``, after the search
 
 
+class HeldOutReport(Strict):
+    """The recommendation and the baseline on a workload the run was not tuned on
+    (``--check-workload``; tuner/run/held_out.py), each scored as a trial is: output tokens/s
+    at its estimated capacity on that workload."""
+
+    workload: dict[str, Any]  # probes.describe: kind, spec, parameters, what was sent
+    derived: str | None = None  # ``derived``: what was derived from the tuned workload
+    baseline: TrialReport | None = None  # its capacity search there (None: not measured)
+    recommended: TrialReport | None = None
+    # The recommendation's capacity over the baseline's there: search figure over search
+    # figure, as the trials are compared (None: one of them has no score; ``basis`` says why).
+    gain: float | None = None
+    basis: str = ""
+    # The recommendation's gain on the tuned workload: "confirmed" over the confirmed baseline,
+    # else its "search" figure over the baseline's (``tuned_basis``).
+    tuned_gain: float | None = None
+    tuned_basis: str = ""
+    skipped: str | None = None  # why it was not measured (the time budget, no recommendation)
+
+
 class Rescored(Strict):
     """A recorded run re-scored under other SLOs (tuner/runs/rescore.py): search figures only."""
 
@@ -249,6 +269,7 @@ class Report(Strict):
     rescored: Rescored | None = None  # set on a re-score (autotune report RUN_DIR --slo)
     screened: int = 0  # configurations the serving model predicted without starting them
     serving_model: ServingModelReport | None = None
+    held_out: list[HeldOutReport] = []  # --check-workload: each held-out workload, side by side
 
 
 def _umask() -> int:

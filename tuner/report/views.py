@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict
 
 from probes.diagnose import prefill_fit
 from probes.metrics import Dist, LoadMetrics
+from tuner.report.held_out_view import HeldOutView, held_out_view
 from tuner.report.prediction_view import PredictionView, prediction_view
 from tuner.report.render_cells import quality_text, speculative_text, upto
 from tuner.report.schema import Recommendation, Report, StageReport, TrialReport
@@ -129,6 +130,7 @@ class ReportView(View):
     rows: list[Row]
     files: list[str]  # the export files beside the report
     predictions: PredictionView | None = None  # the serving model against measurement
+    held_out: HeldOutView | None = None  # --check-workload: on workloads it was not tuned for
 
 
 def pareto(pairs: list[tuple[float, float | None]]) -> list[bool]:
@@ -434,6 +436,7 @@ def build(r: Report, files: list[str] | None = None) -> ReportView:
         rows=[_row(t, r) for t in trials],
         files=files or [],
         predictions=prediction_view(r),
+        held_out=held_out_view(r),
     )
 
 

@@ -110,7 +110,9 @@ def assemble(
         quality_slo={"max_degradation_pct": st.quality_limit, "default": opts.slos.quality is None},
         max_error_rate=opts.max_error_rate,
         options=opts.model_dump(
-            mode="json", exclude={"slos", "workload", "command", "model", "engine"}
+            mode="json",
+            # the held-out workloads are described in ``held_out`` (a trace's rows not twice)
+            exclude={"slos", "workload", "check_workloads", "command", "model", "engine"},
         ),
         probe=st.diagnosis,
         knob_defaults={k.name: k.default for k in st.space.knobs().values()} if st.space else {},
@@ -134,6 +136,7 @@ def assemble(
         error=error,
         screened=st.screened,
         serving_model=serving_model_report(st),
+        held_out=st.held_out,
     )
 
 

@@ -67,8 +67,8 @@ class Confirmation:
             self.reserve = reserve_s
         elif baseline:
             self.reserve = sizing.baseline_confirm_reserve_s(st, trial)
-        else:
-            self.reserve = 0.0
+        else:  # the held-out check after it (--check-workload), where asked for
+            self.reserve = sizing.held_out_s(st)
         self.stalled = False  # a try set aside as a stall at its start (once a confirmation)
 
     def n_for(self, x: float) -> int:
@@ -334,7 +334,7 @@ def confirm_baseline_late(st: RunState, ev: Evaluator) -> Recommendation | None:
     if not (opts.confirm_baseline and st.launches and opts.time_budget_s is not None):
         return None
     need = sizing.confirm_estimate_s(st, best=b, tries=1)
-    if not st.budget.fits(need):
+    if not st.budget.fits(need, sizing.held_out_s(st)):
         st.notes.append(
             f"the time budget left no room to confirm the baseline (about {need:.0f} s for a "
             "start and one full-size try, after the recommendation's): its figure is its "
@@ -351,7 +351,14 @@ def confirm_baseline_late(st: RunState, ev: Evaluator) -> Recommendation | None:
         with ev.target.server(spec, tdir / "server-confirmation.log") as server:
             st.measurer.warmup(server, st.axis.floor(st.load_of(b) or 1.0), st.model_path)
             base = confirm_on(
-                st, ev, server, b, tdir, "baseline confirmation", baseline=True, reserve_s=0.0
+                st,
+                ev,
+                server,
+                b,
+                tdir,
+                "baseline confirmation",
+                baseline=True,
+                reserve_s=sizing.held_out_s(st),
             )
     except EngineStartError as exc:
         st.notes.append(f"baseline confirmation: {exc}; no gain is computed")

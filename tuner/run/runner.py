@@ -16,7 +16,8 @@ Order of a run:
 4. Confirmation (tuner/run/recommend.py): the winner is started again from its launch command and
    measured at its capacity less the headroom with enough requests for the SLO percentile
    (on its own server right after its search, when the budget holds no restart). Only then is
-   ``meets_slo`` set.
+   ``meets_slo`` set. With ``--check-workload``, the recommendation and the baseline are then
+   started again and scored on each held-out workload (tuner/run/held_out.py).
 5. report.json and report.md (tuner/run/assemble.py), written atomically; every trial's records
    and server log are kept.
 
@@ -44,7 +45,7 @@ from tuner.engines.hardware import Hardware, detect_hardware
 from tuner.engines.lifetime import sweep
 from tuner.options import TuneOptions, auto_neighbour
 from tuner.report.schema import Report
-from tuner.run import stages, stop, worker
+from tuner.run import held_out, stages, stop, worker
 from tuner.run.assemble import RunStatus, assemble, write_report
 from tuner.run.budget import Budget, PhaseTimes
 from tuner.run.checkpoint import Replay
@@ -194,14 +195,17 @@ class Runner:
 
     def _confirm(self) -> None:
         """The recommendation: confirmed here, or, in a shared study, by the first worker to
-        get there (the others take its recommendation and report)."""
+        get there (the others take its recommendation and report); then, where asked
+        (--check-workload), checked on workloads it was not tuned for (tuner/run/held_out.py)."""
         st = self.state
         if st.shared is None:
             recommend(st, self.evaluator)
+            held_out.check(st, self.evaluator)
             return
 
         def confirm() -> worker.Doc:
             recommend(st, self.evaluator)
+            held_out.check(st, self.evaluator)
             return worker.confirmation_doc(st, assemble(st, "complete", None))
 
         doc, mine = st.shared.once("confirm", confirm, "the confirmation")

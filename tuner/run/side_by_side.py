@@ -41,7 +41,7 @@ def repeat(
     rps = trial.metrics.requests_per_s if trial.metrics else 1.0
     point_s = sum(sizing.n_search(st, x, trial) for x in loads) * 2 * rounds / max(rps, 1e-3)
     need = (best.startup_s or 60.0) + (best.warmup_s or 20.0) + point_s
-    if not (st.budget.fits(need, sizing.confirm_estimate_s(st)) and st.budget.trial_fits(need)):
+    if not (st.budget.fits(need, sizing.end_reserve_s(st)) and st.budget.trial_fits(need)):
         # (the budget, or the trial's share of it: tuner/run/share.py)
         st.notes.append(
             f"trials {best.number} and {trial.number} are within each other's intervals; "

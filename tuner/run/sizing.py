@@ -121,7 +121,7 @@ def trial_estimate_s(st: RunState) -> float:
         walls.append(st.baseline.wall_s - st.probe_s)
     mean = sum(walls) / len(walls) if walls else 180.0
     # A trial within a share of the budget takes that share at most.
-    shared = share.trial_share_s(st, confirm_estimate_s(st))
+    shared = share.trial_share_s(st, end_reserve_s(st))
     return mean if shared is None else min(mean, shared)
 
 
@@ -198,6 +198,28 @@ def confirm_estimate_s(
     return start_estimate_s(st, best) + 30.0 + all_tries
 
 
+def held_out_s(st: RunState) -> float:
+    """What ``--check-workload`` needs after the confirmation (tuner/run/held_out.py): the
+    baseline and the recommendation started again, and on each held-out workload a capacity
+    search as long as the baseline's own warm-up and points (210 s before it has any); 0
+    without one."""
+    n = len(st.opts.check_workloads)
+    if not n or not st.launches:
+        return 0.0
+    b = st.baseline
+    search = (
+        (b.warmup_s or 0.0) + sum(p.metrics.duration_s for p in b.points)
+        if b is not None and b.points
+        else 210.0
+    )
+    return 2 * (start_estimate_s(st) + STOP_S) + 2 * n * search
+
+
+def end_reserve_s(st: RunState) -> float:
+    """What the run keeps back for its end: the confirmation and the held-out check."""
+    return confirm_estimate_s(st) + held_out_s(st)
+
+
 # Configurations a run measures after the baseline before the baseline's confirmation is made
 # (``baseline_confirm_reserve_s``): the README command on the Xeon (13 minutes, 2026-12-05)
 # confirmed the baseline in 71 s right after its search and then had time for two trials.
@@ -232,7 +254,7 @@ def baseline_confirm_reserve_s(st: RunState, baseline: TrialReport) -> float:
         + STOP_S
     )
     trials = max(gate, like_baseline) * min(TRIALS_FIRST, st.opts.trials)
-    return trials + confirm_estimate_s(st, fresh=fresh, best=baseline)
+    return trials + confirm_estimate_s(st, fresh=fresh, best=baseline) + held_out_s(st)
 
 
 def another_trial_fits(
@@ -258,7 +280,7 @@ def another_trial_fits(
 def _gate_s(st: RunState, best: TrialReport | None, strict: bool) -> float:
     one_try = confirm_try_s(st, best)
     fresh = confirm_estimate_s(st, best=best) if strict else 0.0
-    return trial_min_s(st, best) + max(one_try, fresh)
+    return trial_min_s(st, best) + max(one_try, fresh) + held_out_s(st)
 
 
 def _confirmed(st: RunState, t: TrialReport) -> bool:
@@ -301,7 +323,7 @@ def time_left_reason(st: RunState, started: list[int] | None = None) -> str | No
 def open_stage(st: RunState, n_trials: int, later_trials: int) -> None:
     """This stage's share of the time left, in proportion to its planned trials."""
     share = n_trials / max(1, n_trials + later_trials)
-    st.budget.open_stage(share, reserve_s=confirm_estimate_s(st))
+    st.budget.open_stage(share, reserve_s=end_reserve_s(st))
 
 
 def points_time_left(
@@ -351,20 +373,20 @@ def _reserve_s(st: RunState, trial: TrialReport | None) -> float:
         return _first_trial_s(st, trial)
     best = st.best()
     if trial is None or best is None or best is trial:
-        return confirm_estimate_s(st)
+        return end_reserve_s(st)
     est = st.estimate(trial.number)
     held = [p for p in trial.points if p.verdict.holds]
     if est is None or est.censored == "below" or not held:
-        return confirm_estimate_s(st)
+        return end_reserve_s(st)
     if est.censored != "above" and est.tokens_per_s < (best.score_tokens_per_s or 0.0):
         # Behind the best. (Censored above, every load held: its capacity lies above its
         # highest load, which is the best's capacity or more, and it leads so far.)
-        return confirm_estimate_s(st)
+        return end_reserve_s(st)
     top = max(held, key=st.point_load)
     x = est.load if est.censored == "none" and est.load else st.point_load(top)
     one = _try_s(st, x, top.metrics.requests_per_s, top.metrics.e2e_ms.p50)
     narrow = bracketed((st.point_load(p), p.verdict.holds) for p in trial.points)
-    return 2 * one if narrow else one
+    return (2 * one if narrow else one) + held_out_s(st)
 
 
 # Between a capacity search's last point and the next trial's gate: stopping the server,

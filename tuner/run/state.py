@@ -21,7 +21,13 @@ from probes.workload import Tokenizer
 from tuner.engines.base import Engine
 from tuner.engines.hardware import Hardware
 from tuner.options import TuneOptions
-from tuner.report.schema import PointReport, Recommendation, StageReport, TrialReport
+from tuner.report.schema import (
+    HeldOutReport,
+    PointReport,
+    Recommendation,
+    StageReport,
+    TrialReport,
+)
 from tuner.run.budget import Budget, PhaseTimes
 from tuner.run.checkpoint import Replay
 from tuner.run.gates import ExactnessGate, QualityGate
@@ -83,6 +89,7 @@ class RunState:
     # The one it replaced: a later trial led by a little and was confirmed in its place.
     displaced_confirmed: Recommendation | None = None
     recommended: Recommendation | None = None
+    held_out: list[HeldOutReport] = field(default_factory=list)  # --check-workload (held_out.py)
     notes: list[str] = field(default_factory=list)
     diagnosis: Diagnosis | None = None
     probe_s: float = 0.0

@@ -171,12 +171,16 @@ class LaunchedTarget:
                     f"search space has {', '.join(s.name for s in space.stages)} (or give "
                     f"a kind: {', '.join(STAGE_ORDER)})"
                 )
+        # The held-out workloads (--check-workload) are built with the same tokenizer, and
+        # checked here too: a bad one fails before anything starts.
+        built = [opts.workload, *opts.held_out]
         tokenizer = (
             load_tokenizer(model.path, self.tokenizer_loader)
-            if needs_tokenizer(opts.workload)
+            if any(needs_tokenizer(w) for w in built)
             else None
         )
-        check_buildable(opts.workload, tokenizer)
+        for wl in built:
+            check_buildable(wl, tokenizer)
         say(
             f"model {model.name} ({model.path}); engine {self.engine.version()}; "
             f"{self.hw.label}; search space {path.name}"

@@ -107,7 +107,7 @@ class Evaluator:
         if spec is not None:
             st.say(f"{label}: starting {st.engine.name} with {shown}")
         best = st.best()
-        share_s = None if baseline else share.trial_share_s(st, sizing.confirm_estimate_s(st))
+        share_s = None if baseline else share.trial_share_s(st, sizing.end_reserve_s(st))
         st.budget.open_trial(share_s)
         if share_s is not None:
             st.say(f"{label}: its share of the time budget: {share_s:.0f} s")

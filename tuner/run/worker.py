@@ -17,7 +17,7 @@ import base64
 from typing import Any
 
 from probes.quality import Continuation
-from tuner.report.schema import Recommendation, Report, StageReport, TrialReport
+from tuner.report.schema import HeldOutReport, Recommendation, Report, StageReport, TrialReport
 from tuner.run.checkpoint import restore_findings, snapshot
 from tuner.run.state import RunState
 from tuner.storage.store import Checkpoint, samples_bytes, samples_from_bytes
@@ -83,6 +83,7 @@ def confirmation_doc(st: RunState, report: Report) -> Doc:
         "recommended": st.recommended.model_dump(mode="json") if st.recommended else None,
         "stage_reports": [s.model_dump(mode="json") for s in st.stage_reports],
         "notes": list(st.notes),
+        "held_out": [h.model_dump(mode="json") for h in st.held_out],
         "report": report.model_dump(mode="json"),
     }
 
@@ -92,3 +93,4 @@ def take_confirmation(st: RunState, doc: Doc) -> None:
     st.recommended = Recommendation.model_validate(rec) if rec else None
     st.stage_reports = [StageReport.model_validate(s) for s in doc["stage_reports"]]
     st.notes = list(doc["notes"])
+    st.held_out = [HeldOutReport.model_validate(h) for h in doc.get("held_out", [])]

@@ -236,6 +236,7 @@ def rescore(
             "stages": _stages(report, by_number),
             "recommended": None,
             "baseline_confirmation": None,
+            "held_out": [],  # the recommendation's check, judged under the run's SLOs
             "exactness": report.exactness,
             "rescored": info,
         }
