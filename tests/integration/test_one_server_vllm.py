@@ -32,7 +32,6 @@ after the last test, nothing of its session left.
 
 from __future__ import annotations
 
-import json
 import secrets
 import threading
 import time
@@ -47,15 +46,13 @@ from probes.describe import describe
 from probes.exactness import EXACT_TOKENS
 from probes.quality import greedy_continuations
 from probes.server_metrics import delta, fetch_snapshot
-from probes.slo import parse_slos
 from probes.workload import parse_workload, prepare_requests
-from tuner import api
+from tests.endpoint import tune_attached
 from tuner.engines.base import EngineDied, ServerProcess, free_port, raise_if_died
 from tuner.engines.hardware import detect_hardware, template_context
 from tuner.engines.lifetime import leftovers
 from tuner.engines.models import resolve_model
 from tuner.engines.vllm import VLLMEngine
-from tuner.options import TuneOptions
 from tuner.run.gates import ExactnessGate, rejection
 from tuner.spaces.launch import launch_settings
 from tuner.spaces.space import load_space
@@ -179,32 +176,7 @@ def test_prefix_groups_are_found_by_vllms_prefix_cache_as_described(server: Serv
 def test_endpoint_attached_to_a_server_started_by_hand(
     server: ServerProcess, tmp_path: Path
 ) -> None:
-    model = resolve_model("smollm2-135m").path
-    report, folder = api.tune(
-        TuneOptions(
-            model="",
-            engine="endpoint",
-            endpoint=server.base_url,
-            slos=parse_slos(["ttft=10s"]),
-            workload=parse_workload("synthetic:input=32,output=16"),
-            trials=2,
-            tokenizer=model,
-            output_dir=tmp_path,
-            probe=False,
-            **SMALL,  # type: ignore[arg-type]
-        )
-    )
-    data = json.loads((folder / "report.json").read_text())
-    assert data["status"] == "complete" == report.status, data.get("error")
-    assert data["endpoint"] == server.base_url and data["engine"] == "endpoint"
-    assert data["trials"] == [] and data["timing"]["engine_starts"] == 0
-    assert 1 <= len(data["baseline"]["points"]) <= 2
-    rec = data["recommended"]
-    assert rec is not None and rec["launch_command"] is None
-    assert all("not tuned" in s["reason"] for s in data["stages"])
-    assert rec["metrics"]["n_out_source"] == "usage"
-    # at most what was asked (an attached endpoint's engine is not known to take ignore_eos)
-    assert 0 < rec["metrics"]["mean_output_tokens"] <= 16
+    tune_attached(server.base_url, tmp_path, SMALL)
 
 
 @pytest.mark.timeout(300)

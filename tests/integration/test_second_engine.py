@@ -18,6 +18,7 @@ import pytest
 
 from probes.slo import parse_slos
 from probes.workload import parse_workload
+from tests.endpoint import tune_attached
 from tuner import api
 from tuner.engines import get_engine
 from tuner.engines.base import ServerProcess, free_port
@@ -89,33 +90,8 @@ def test_endpoint_against_a_transformers_server_started_by_hand(tmp_path: Path) 
     spec = engine.launch_spec(model, ["--device", "cpu", "--continuous-batching"], {}, free_port())
     with ServerProcess(spec, tmp_path / "server.log", startup_timeout_s=400) as srv:
         _wait_health(srv)  # up, but no request served yet: autotune's attach is the first
-        report, folder = api.tune(
-            TuneOptions(
-                model="",
-                engine="endpoint",
-                endpoint=srv.base_url,
-                # transformers serve does not list the model it serves: it has to be named.
-                served_model=model,
-                slos=parse_slos(["ttft=10s"]),
-                workload=parse_workload("synthetic:input=32,output=16"),
-                trials=2,
-                tokenizer=model,
-                output_dir=tmp_path,
-                probe=False,
-                **SMALL,
-            )
-        )
-    data = json.loads((folder / "report.json").read_text())
-    assert data["status"] == "complete" == report.status, data.get("error")
-    assert data["endpoint"] == srv.base_url and data["engine"] == "endpoint"
-    assert data["trials"] == [] and data["timing"]["engine_starts"] == 0
-    assert 1 <= len(data["baseline"]["points"]) <= 2
-    rec = data["recommended"]
-    assert rec is not None and rec["launch_command"] is None
-    assert all("not tuned" in s["reason"] for s in data["stages"])
-    assert rec["metrics"]["n_out_source"] == "usage"
-    # at most what was asked (no ignore_eos: real lengths)
-    assert 0 < rec["metrics"]["mean_output_tokens"] <= 16
+        # transformers serve does not list the model it serves: it has to be named.
+        tune_attached(srv.base_url, tmp_path, SMALL, served_model=model)
 
 
 def _wait_health(srv: ServerProcess, timeout_s: float = 400) -> None:
