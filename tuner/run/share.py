@@ -26,7 +26,8 @@ def trial_share_s(st: RunState, reserve_s: float) -> float | None:
     """The wall time the trial about to start may take (its start and warm-up included), or
     None where it may take what the budget holds: no time budget, an attached endpoint, a
     shared study (its workers' trials run side by side), or the last of the few.
-    ``reserve_s``: what the run keeps back for its final confirmation."""
+    ``reserve_s``: what the run keeps back for its end (the final confirmation, and the
+    held-out check where one is asked for: ``sizing.end_reserve_s``)."""
     if not (st.budget.bounded and st.launches) or st.shared is not None:
         return None
     to_come = min(FEW_TRIALS, st.opts.trials) - len(st.trials)  # this one included

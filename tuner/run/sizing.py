@@ -53,9 +53,10 @@ def n_search(st: RunState, x: float, trial: TrialReport | None = None) -> int:
         lives = [pred.tpot_ms_p50 * pred.tokens_per_s / pred.load]
     if lives:
         span = min(max(span, 3.0 * max(lives) / 1000.0), 4.0 * o.search_point_s)
-    if trial is not None and trial.number != 0 and math.isfinite(left := st.budget.trial_left()):
-        # Within a trial's share of the budget (tuner/run/share.py): at most half of what is
-        # left of it, so that a second point fits, and at least the shortest a point spans.
+    if trial is not None and math.isfinite(left := st.budget.trial_left()):
+        # Within a trial's share of the budget (tuner/run/share.py; the baseline never has
+        # one): at most half of what is left of it, so that a second point fits, and at least
+        # the shortest a point spans.
         life_s = max(lives, default=0.0) / 1000.0
         span = min(span, max(o.search_point_s, (left - life_s) / 2.0))
     return max(o.search_min_requests, math.ceil(span * x))
@@ -207,12 +208,13 @@ def held_out_s(st: RunState) -> float:
     if not n or not st.launches:
         return 0.0
     b = st.baseline
-    search = (
-        (b.warmup_s or 0.0) + sum(p.metrics.duration_s for p in b.points)
-        if b is not None and b.points
-        else 210.0
-    )
+    search = _searched_s(b) if b is not None and b.points else 210.0
     return 2 * (start_estimate_s(st) + STOP_S) + 2 * n * search
+
+
+def _searched_s(t: TrialReport) -> float:
+    """What a configuration's warm-up and capacity search took on its server."""
+    return (t.warmup_s or 0.0) + sum(p.metrics.duration_s for p in t.points)
 
 
 def end_reserve_s(st: RunState) -> float:
@@ -247,12 +249,7 @@ def baseline_confirm_reserve_s(st: RunState, baseline: TrialReport) -> float:
     # baseline's own start, warm-up and search took (the probe left out), must fit before its
     # confirmation is made; else it is put off to the end (``confirm_baseline_late``), where a
     # budget that then has no room leaves the baseline's figure its search estimate.
-    like_baseline = (
-        (baseline.startup_s or 0.0)
-        + (baseline.warmup_s or 0.0)
-        + sum(p.metrics.duration_s for p in baseline.points)
-        + STOP_S
-    )
+    like_baseline = (baseline.startup_s or 0.0) + _searched_s(baseline) + STOP_S
     trials = max(gate, like_baseline) * min(TRIALS_FIRST, st.opts.trials)
     return trials + confirm_estimate_s(st, fresh=fresh, best=baseline) + held_out_s(st)
 
@@ -344,7 +341,7 @@ def points_time_left(
         )
     if not st.budget.fits(need_s, _reserve_s(st, trial)):
         return "time budget: stopped measuring to keep time for the confirmation"
-    if trial is not None and trial.number != 0 and not st.budget.trial_fits(need_s + STOP_S):
+    if trial is not None and not st.budget.trial_fits(need_s + STOP_S):
         return (
             "its share of the time budget is spent (the budget is shared so that several "
             "configurations are measured)"

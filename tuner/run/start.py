@@ -49,7 +49,9 @@ def at_prediction(st: RunState, trial: TrialReport, start: float) -> bool:
 def start_load(
     st: RunState, best: TrialReport | None, predicted: PredictedReport | None = None
 ) -> float:
-    """Where a capacity search starts: just above the capacity the serving model predicted,
+    """Where a capacity search starts: within a trial's share of the budget, just under the
+    serving model's prediction of any kind (``AIM_BELOW``), or at the best's capacity where
+    that is higher; else just above the capacity the serving model predicted,
     where it was calibrated on this configuration's build, by its trials or by the probe's
     sweeps (a well-predicted trial then needs two points: ``PREDICTED_ABOVE``); else the
     best configuration's capacity (so two are compared at the same load first); for the
