@@ -33,5 +33,8 @@ fi
 # The unit tests spend most of their time waiting on fake engines (together about a third of
 # one core): four at a time. Then the real engines, one at a time, on a machine left to them:
 # beside the unit tests they ran slower and saw the unit tests' processes (tried: 4 failures).
-.venv/bin/python -m pytest -m "not integration" -n 4
+.venv/bin/python -m pytest -m "not integration and not serial" -n 4
+# A trace's send times are checked to within 10 ms of its schedule: beside three other workers
+# on 2 cores one request went out 28 ms late (a fresh clone, 2026-12-06), so these run alone.
+.venv/bin/python -m pytest -m "serial and not integration"
 .venv/bin/python -m pytest -m integration

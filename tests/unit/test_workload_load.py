@@ -80,6 +80,7 @@ def trace_requests(wl: Workload, n: int) -> list[Any]:
     return prepare_requests(wl, n, model=MODEL, tokenizer=CharTokenizer(), seed=1)
 
 
+@pytest.mark.serial  # run alone (scripts/test.sh): it asserts send times in ms
 @pytest.mark.timeout(60)
 def test_a_trace_is_sent_on_its_own_times_within_a_few_ms(
     fake_process: str, tmp_path: Path
