@@ -94,17 +94,28 @@ def over_needed(percentile: int, n: int) -> int:
     return n - math.floor(percentile / 100.0 * (n - 1))
 
 
-def decided(slos: SLOSet, planned: int, records: Sequence[RequestRecord], now: float) -> bool:
+def decided(
+    slos: SLOSet,
+    planned: int,
+    records: Sequence[RequestRecord],
+    now: float,
+    skip_first: int = 0,
+) -> bool:
     """Whether a point of ``planned`` requests already breaks a latency SLO, given the
     ``records`` sent so far and what is known of them at ``now``: its samples known to be over
     the limit are enough to put the percentile over it even if every request still to come met
     it (``over_needed``). The point can then stop sending: more requests cannot change its
     verdict, and its requests so far make a shorter point with the same verdict (over a
-    share of fewer samples). TTFT, E2E and TPOT only: ITL's samples are gaps, not requests."""
+    share of fewer samples). TTFT, E2E and TPOT only: ITL's samples are gaps, not requests.
+
+    ``skip_first``: the requests with a lower index do not count towards the decision (they
+    still count in the verdict). A confirmation try skips its first ones, so that a stall at its
+    start (probes/transient.py) lets it run whole and be set aside rather than cut."""
+    late = [r for r in records if r.index >= skip_first] if skip_first else records
     for slo in slos.latency:
         if slo.metric == "itl":
             continue
-        over = sum(known_over(r, slo, now) for r in records)
+        over = sum(known_over(r, slo, now) for r in late)
         if over and over >= over_needed(slo.percentile, max(planned, len(records))):
             return True
     return False

@@ -28,7 +28,9 @@ def server() -> Iterator[Any]:
         yield SimpleNamespace(base_url=srv.base_url, served_model=MODEL)
 
 
-def measure(server: Any, room: int, cut: bool = False, slow: tuple[int, ...] = (5,)) -> Measured:
+def measure(
+    server: Any, room: int, cut: bool = False, slow: tuple[int, ...] = (5,), skip: int = 0
+) -> Measured:
     """44 requests at 20/s, requests 5 and 45 slow (600 ms to the first token)."""
     items = [FileItem(prompt="a b c", max_tokens=2)] * 40
     for i in slow:
@@ -44,7 +46,7 @@ def measure(server: Any, room: int, cut: bool = False, slow: tuple[int, ...] = (
         series=None,
         seeds=itertools.count(1).__next__,
     )
-    return m.measure(server, 20.0, 44, MODEL, room=room, cut=cut)
+    return m.measure(server, 20.0, 44, MODEL, room=room, cut=cut, cut_skip=skip)
 
 
 @pytest.mark.timeout(60)
@@ -87,3 +89,17 @@ def test_a_search_point_stops_sending_once_its_slow_requests_break_it(server: An
     assert not v.holds  # the verdict the whole point would have had
     whole = measure(server, room=0, slow=slow)
     assert len(whole.records) == 44 and not judge(whole.metrics, SLOS, 0.01).holds
+
+
+@pytest.mark.timeout(60)
+def test_a_confirmation_try_is_not_cut_for_slow_requests_in_its_first_requests(
+    server: Any,
+) -> None:
+    """``cut_skip``: the requests before it do not decide the cut (a stall at a try's start is
+    set aside, which needs the try whole: probes/transient.py); the same slow requests later
+    in the try cut it."""
+    early = measure(server, room=0, cut=True, slow=(2, 3, 4, 5, 6, 7), skip=9)
+    assert len(early.records) == 44
+    late = measure(server, room=0, cut=True, slow=(12, 13, 14, 15, 16, 17), skip=9)
+    assert 17 <= len(late.records) < 40
+    assert not judge(late.metrics, SLOS, 0.01).holds

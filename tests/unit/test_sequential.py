@@ -173,3 +173,12 @@ def test_itl_never_decides_a_point_early() -> None:
     slow = [rec(i, ttft=0.5, e2e=30.0) for i in range(50)]  # every gap about 470 ms
     assert shortfall(slow, itl, now=100.0) > 0  # over, and counted as gaps
     assert not decided(itl, 50, slow, now=100.0)
+
+
+def test_the_first_requests_skipped_do_not_decide_a_point() -> None:
+    planned = 200  # three over decide it
+    slow_first = [rec(i, ttft=2.5) for i in range(3)] + [rec(i) for i in range(3, 60)]
+    assert decided(TTFT, planned, slow_first, now=100.0)
+    assert not decided(TTFT, planned, slow_first, now=100.0, skip_first=40)
+    slow_late = [*slow_first, rec(60, ttft=2.5), rec(61, ttft=2.5), rec(62, ttft=3.0)]
+    assert decided(TTFT, planned, slow_late, now=100.0, skip_first=40)

@@ -4,7 +4,12 @@ pure rules (where a try goes, when the claim is met, when to stop).
 ``Confirmation`` runs the tries on one server: the estimated capacity less the headroom, the
 full sample the SLO percentile needs (grown where requests over a limit leave it short), a try
 set aside once where only a stall at its start broke it (tuner/run/stall.py), and the time
-budget's say on every try (tuner/run/sizing.py sizes them). ``confirm_on`` is that, with the
+budget's say on every try (tuner/run/sizing.py sizes them). A try stops sending once the
+requests over a limit after its first fifth already break it (probes/sequential.py's
+``decided``): the README command's confirmation on the Xeon, 2026-12-06, broke from its 10th
+second on (the machine was paused and its memory restored as the try ran), grew from 505 to
+1010 requests as the percentile asks where requests go over, and took 127 s of the 13-minute
+budget's last 130, leaving no time for the try under it. ``confirm_on`` is that, with the
 configuration's ``Recommendation`` built from the tries. Where a confirmation runs:
 - the baseline's, on its own server right after its search (tuner/run/trial.py), unless the
   budget would then hold no trial: then ``confirm_baseline_late``, on a fresh start after the
@@ -22,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from probes.metrics import LoadMetrics
+from probes.transient import START_SHARE
 from tuner.engines.base import EngineDied, EngineStartError, RunningServer, raise_if_died
 from tuner.report.schema import ConfirmTry, Recommendation, TrialReport
 from tuner.run import sizing, stall, stop
@@ -112,7 +118,10 @@ class Confirmation:
                 f"{label}: the time budget allowed {n} requests at {axis.label(x)}, fewer than "
                 f"the {sizing.n_confirm(st, x)} the SLO percentile needs: provisional"
             )
-        m = measurer.measure(self.server, x, n, st.model_path, room=self.room_for(x, n))
+        m = measurer.measure(
+            self.server, x, n, st.model_path, room=self.room_for(x, n), cut=True,
+            cut_skip=math.ceil(START_SHARE * n),
+        )  # fmt: skip
         j = measurer.judge(m)
         if stall.again_try(
             self.ev.stalls, m.records, measurer.slos, missed=not roomy(j.verdict, opts.headroom),

@@ -156,6 +156,7 @@ class PointMeasurer:
         model: str,
         room: int = 0,
         cut: bool = False,
+        cut_skip: int = 0,
     ) -> Measured:
         """One load point: ``n`` fresh requests at concurrency or rate ``x``; with ``room``, up
         to that many more at the same load, as many as the SLOs' percentiles still need when
@@ -163,7 +164,8 @@ class PointMeasurer:
         (probes/sequential.py). No more once a first Ctrl-C came in. With ``cut``, no more
         either once the requests known to be over a limit already break it for all of them
         (``sequential.decided``): a search point far over a capacity took 45-73 s whole on
-        the Xeon, its verdict known after 14-33 s."""
+        the Xeon, its verdict known after 14-33 s. ``cut_skip``: the first requests that do
+        not count towards that decision (``sequential.decided``'s ``skip_first``)."""
         reqs = self.requests(server, n + max(0, room), model)
         self.client.base_url = server.base_url
         series = self.series
@@ -178,7 +180,7 @@ class PointMeasurer:
 
             load.update(base=n, more=more)
         if cut:
-            load.update(decided=partial(decided, self.slos, n + max(0, room)))
+            load.update(decided=partial(decided, self.slos, n + max(0, room), skip_first=cut_skip))
         peaks: dict[str, float] = {}
         with Neighbour(self.neighbour_pct):
             if series and series.gauges:
