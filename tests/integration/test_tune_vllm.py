@@ -178,6 +178,7 @@ def test_short_tuning_run(tmp_path: Path) -> None:
     assert sorted(d["records_files"]) == sorted(
         [f"prefill-{p['prompt_tokens']}" for p in d["prefill_sweep"]]
         + [f"decode-c{p['concurrency']}" for p in d["decode_sweep"]]
+        + [f"mixed-c{d['mixed_point']['concurrency']}"]
     )
     base = data["baseline"]
     assert base["status"] == "ok" and base["predicted"]["basis"] == "probe"

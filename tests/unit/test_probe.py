@@ -233,8 +233,12 @@ def test_diagnosis_against_the_fake_server() -> None:
     # every sweep point's records go to the caller, by name, as many as were sent
     assert kept == {
         "prefill-32": 3, "prefill-64": 3, "prefill-256": 3, "prefill-1024": 3,
-        "decode-c1": 4, "decode-c4": 8, "decode-c8": 16, "decode-c32": 64,
+        "decode-c1": 4, "decode-c4": 8, "decode-c8": 16, "decode-c32": 64, "mixed-c32": 128,
     }  # fmt: skip
+    # the mixed point: the largest batch, a quarter of the outputs (8 -> at least 4)
+    mixed = d.mixed_point
+    assert mixed is not None and (mixed.concurrency, mixed.output_tokens) == (32, 4)
+    assert mixed.prompt_tokens == 32 and mixed.n_requests == 128
 
 
 def test_probe_cli_rejects_bad_input() -> None:

@@ -45,6 +45,11 @@ def render_probe(p: Any) -> str:
                 f"  decode at concurrency {s.concurrency}: TPOT p50 {ms_text(s.tpot_ms_p50)}, "
                 f"{s.output_tokens_per_s:.0f} tokens/s"
             )
+        if (x := d.mixed_point) is not None:
+            lines.append(
+                f"  mixed at concurrency {x.concurrency} ({x.output_tokens} output tokens): "
+                f"TTFT p50 {ms_text(x.ttft_ms_p50)}, TPOT p50 {ms_text(x.tpot_ms_p50)}"
+            )
         if d.device and d.model:
             lines.append(
                 f"  roofline: {d.model.weight_bytes / 1e6:.0f} MB of weights per decoded token; "
@@ -95,6 +100,12 @@ def probe_section(r: Report) -> list[str]:
             for p in d.decode_sweep
         )
         out.append(f"Decoding (TPOT p50, output tokens/s): {pts}.")
+    if (x := d.mixed_point) is not None:
+        out.append(
+            f"Prompts joining decoding sequences (c={x.concurrency}, {x.output_tokens} output "
+            f"tokens each, for the serving model's calibration): TTFT p50 "
+            f"{ms_text(x.ttft_ms_p50)}, TPOT p50 {ms_text(x.tpot_ms_p50)}."
+        )
     if d.device and d.model:
         fit = ""
         if d.llc_bytes:
