@@ -1,15 +1,19 @@
-"""What a tuning run is asked to do: ``TuneOptions``, with every check on its values.
+"""What a tuning run is asked to do: ``TuneOptions``, with every check on its values, and the
+other commands' defaults and checks (``check_probe``, ``check_report``, ``check_compare``).
 
 The CLI parses strings (durations, percentages) and builds one; the Python API takes one. Either
 way the checks here run before anything starts, so ``api.tune`` refuses what the CLI refuses,
-with the same one-line message (``problem`` turns pydantic's error into it).
+with the same one-line message (``problem`` turns pydantic's error into it). The CLI shows and
+uses the defaults here (``default``, and the constants below for those the API is given), and
+checks no value itself: it turns the ValueError or ValidationError of a check here into its one
+line and exit code 2.
 """
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -34,6 +38,19 @@ URL = re.compile(r"^https?://[^/\s]+")
 PASSWORD_IN_URL = re.compile(r"(\b[A-Za-z][\w+.-]*://[^/:@\s]*):[^@/\s]*@")
 STORAGE_URL = re.compile(r"^(postgresql|mysql|sqlite)(\+\w+)?://")
 STUDY_NAME = re.compile(r"[0-9A-Za-z_-]{1,64}")
+
+# Defaults the command line shows and uses beside TuneOptions' own (``default``): the Python API
+# is given an SLOSet and a Workload, and has no neighbour unless told where the command line's
+# is decided by the machine; and the other commands'.
+DEFAULT_SLO = "ttft=2s"
+DEFAULT_WORKLOAD = "synthetic:input=128,output=64"
+NEIGHBOUR_AUTO = "auto"  # --neighbour-cpu: decided by the machine (``auto_neighbour``)
+RESULTS = Path("results")  # where every command writes its folders
+LOAD_MODELS = ("rate", "concurrency")
+REPORT_FORMATS = ("md", "html", "json")  # what ``autotune report --format`` may write
+# ``autotune probe``: measured requests, and warm-up requests discarded before them.
+PROBE_REQUESTS = 200
+PROBE_WARMUP = 8
 
 
 # --neighbour-cpu auto: where autotune starts the server on a machine of at most
@@ -68,7 +85,7 @@ class TuneOptions(BaseModel):
     workload: Workload
     trials: int = Field(8, ge=0)
     time_budget_s: float | None = Field(None, gt=0)
-    output_dir: Path = Path("results")
+    output_dir: Path = RESULTS
     seed: int = 0
     max_error_rate: float = 0.01
     startup_timeout_s: float = Field(300.0, gt=0)
@@ -97,13 +114,12 @@ class TuneOptions(BaseModel):
     serving_model: bool = True
     # The recommendation is confirmed with every latency SLO at most (1 - headroom) x its limit,
     # so that another client, a longer run or a noisy neighbour still sees the SLO hold.
-    headroom: float = Field(0.10, ge=0, lt=1)
+    headroom: float = 0.10  # in [0, 1): ``_fraction``
     # Open loop only: no confirmation try above (1 - load_margin) x the fitted capacity. Open-loop
     # latency rises so steeply near saturation that the latency headroom is ~1 % of load there
     # (tuner/scoring/confirm.py). On this project's 2-core machines, beside a 16 % CPU neighbour,
-    # vLLM's
-    # own client held the claims made with 15 % in 4 of 4 checks (500 requests each, tightness
-    # 0.89), those made with 10 % in 9 of 10 (tightness 0.84-0.99): fresh starts of one
+    # vLLM's own client held the claims made with 15 % in 4 of 4 checks (500 requests each,
+    # tightness 0.89), those made with 10 % in 9 of 10 (tightness 0.84-0.99): fresh starts of one
     # configuration differ by up to a third in time per token, and the claim must hold on each.
     # The checks' 500 requests are short, too: a load vLLM's client held with 460 prompts broke
     # with 1,000 (docs/results.md, "A slow hour on the AMD EPYC"), so a check passed near that
@@ -113,7 +129,7 @@ class TuneOptions(BaseModel):
     # neighbour (as heavy as vLLM's client) a 10 % claim broke 1 of 3 checks: the fit moved
     # against vLLM's 1,200-prompt capacity from <= 0.98 to >= 1.08 between two runs an hour
     # apart (docs/results.md, "A neighbour measured against vLLM's client").
-    load_margin: float = Field(0.15, ge=0, lt=1)
+    load_margin: float = 0.15  # in [0, 1): ``_fraction``
     # A CPU neighbour during every warm-up and load point (probes/neighbour.py): the share of one
     # core another process on this machine takes, such as a benchmark client (vLLM's costs the
     # server about what an 8 % ballast does). None: decided by the machine (``auto_neighbour``).
@@ -126,8 +142,7 @@ class TuneOptions(BaseModel):
     served_model: str | None = None  # the model name it serves (default: the first it lists)
     tokenizer: str | None = None  # for synthetic prompts (default: the model / served name)
     # Several workers on one study (tuner/storage/shared.py): an SQLAlchemy URL and the study's
-    # name.
-    # The URL may hold a password: it is never written out (excluded from every dump).
+    # name. The URL may hold a password: it is never written out (excluded from every dump).
     storage: str | None = Field(None, exclude=True)
     study: str | None = None
     shared_heartbeat_s: int = Field(10, ge=1)  # a running trial's heartbeat, in a shared study
@@ -169,8 +184,21 @@ class TuneOptions(BaseModel):
     @field_validator("max_error_rate")
     @classmethod
     def _error_rate(cls, v: float) -> float:
+        check_error_rate(v)
+        return v
+
+    @field_validator("load_model", mode="before")
+    @classmethod
+    def _load(cls, v: object) -> object:
+        return check_load(v)
+
+    @field_validator("headroom", "load_margin")
+    @classmethod
+    def _fraction(cls, v: float, info: ValidationInfo) -> float:
+        """A fraction the command line gives as a percentage, and so names it."""
         if not 0 <= v < 1:
-            raise ValueError(f"--max-error-rate must be in [0, 1), got {v:g}")
+            flag = "--" + str(info.field_name).replace("_", "-")
+            raise ValueError(f"{flag} must be in [0%, 100%), got {v * 100:g}%")
         return v
 
     @field_validator("stages")
@@ -285,6 +313,88 @@ class TuneOptions(BaseModel):
         elif not self.model:
             raise ValueError("--model is required (try --model smollm2-135m)")
         return self
+
+
+def default(field: str) -> Any:
+    """TuneOptions' default for ``field``: what the command line shows and uses."""
+    return TuneOptions.model_fields[field].default
+
+
+def check_load(load: object) -> object:
+    """Raises ValueError where ``load`` is not a load model (``--load``)."""
+    if load not in LOAD_MODELS:
+        raise ValueError(f"--load {load!r} is unknown; known: {', '.join(LOAD_MODELS)}")
+    return load
+
+
+def check_error_rate(rate: float) -> None:
+    """Raises ValueError where ``rate`` is not an error-rate limit (``--max-error-rate``)."""
+    if not 0 <= rate < 1:
+        raise ValueError(f"--max-error-rate must be in [0, 1), got {rate:g}")
+
+
+def check_engine(engine: str) -> None:
+    """Raises ValueError (UnknownEngineError), naming the known engines, where ``engine`` is
+    none of them. Not a validator: tests build options for engines they register later."""
+    from tuner.engines import check_engine as known
+
+    known(engine)
+
+
+def check_probe(
+    *,
+    model: str | None,
+    endpoint: str | None,
+    concurrency: int | None,
+    rate: float | None,
+    requests: int,
+    warmup: int,
+    params: list[str],
+) -> None:
+    """Raises ValueError, one line naming the flag, where ``autotune probe``'s options do not
+    go together."""
+    if (model is None) == (endpoint is None):
+        raise ValueError("give either --model (to start a server) or --endpoint (a running one)")
+    if concurrency is not None and rate is not None:
+        raise ValueError("give --concurrency or --rate, not both")
+    if concurrency is not None and concurrency < 1:
+        raise ValueError(f"--concurrency must be >= 1, got {concurrency}")
+    if rate is not None and rate <= 0:
+        raise ValueError(f"--rate must be > 0, got {rate}")
+    if requests < 1 or warmup < 0:
+        raise ValueError("--requests must be >= 1 and --warmup >= 0")
+    if params and model is None:
+        raise ValueError(
+            "--param goes with --model: an endpoint's settings are not autotune's to change"
+        )
+
+
+def check_report(
+    *,
+    fmt: str,
+    formats: set[str],
+    run_dir: Path | None,
+    storage: str | None,
+    study: str | None,
+    slo: list[str],
+    max_error_rate: float | None,
+) -> None:
+    """Raises ValueError, one line naming the flag, where ``autotune report``'s options do not
+    go together (``formats``: ``fmt``'s comma-separated names)."""
+    if not formats or formats - set(REPORT_FORMATS):
+        raise ValueError(f"--format {fmt!r}: give md, html or json, comma-separated")
+    if (run_dir is None) == (storage is None):
+        raise ValueError("give a run folder, or --storage URL --study NAME for a shared study")
+    if storage is not None and (study is None or slo):
+        raise ValueError("--storage goes with --study NAME (and no --slo)")
+    if storage is None and max_error_rate is not None:
+        check_error_rate(max_error_rate)
+
+
+def check_compare(run_dirs: list[Path]) -> None:
+    """Raises ValueError where ``autotune compare`` has fewer than two folders to compare."""
+    if len(run_dirs) < 2:
+        raise ValueError("give two or more run folders to compare")
 
 
 def _check_arrivals(wl: Workload, load_model: str, flag: str) -> None:

@@ -43,7 +43,9 @@ def test_help() -> None:
         (["--time-budget", "15x"], "duration '15x' is malformed"),
         (["--time-budget", "soon"], "duration 'soon' is malformed"),
         (["--startup-timeout", "5 minutes"], "is malformed"),
-        (["--load-margin", "100%"], "--load-margin must be in [0%, 100%)"),
+        (["--load-margin", "100%"], "--load-margin must be in [0%, 100%), got 100%"),
+        (["--headroom", "-5"], "--headroom must be in [0%, 100%), got -5%"),
+        (["--load", "burst"], "--load 'burst' is unknown; known: rate, concurrency"),
         (["--neighbour-cpu", "lots"], "--neighbour-cpu 'lots' is not a percentage"),
         (["--neighbour-cpu", "150%"], "--neighbour-cpu must be <= 100, got 150"),
         (["--max-error-rate", "1.5"], "--max-error-rate must be in [0, 1)"),
@@ -133,3 +135,29 @@ def test_the_neighbour_is_auto_unless_given(
     result = runner.invoke(app, ["--model", "smollm2-135m", *flag])
     assert result.exit_code == 2 and "stop here" in result.output
     assert seen == [expected]
+
+
+def test_the_defaults_are_the_options_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Left out, every flag is what tuner/options.py says: the CLI writes no default of its own."""
+    from probes.slo import parse_slos
+    from tuner import api
+    from tuner.options import DEFAULT_SLO, DEFAULT_WORKLOAD, TuneOptions
+
+    seen: list[TuneOptions] = []
+
+    def tune(opts: TuneOptions, progress: object) -> None:
+        seen.append(opts)
+        raise api.UserError("stop here")
+
+    monkeypatch.setattr(api, "tune", tune)
+    result = runner.invoke(app, ["--model", "smollm2-135m"])
+    assert result.exit_code == 2 and "stop here" in result.output
+    (opts,) = seen
+    assert opts.slos == parse_slos([DEFAULT_SLO])
+    assert opts.workload.label == DEFAULT_WORKLOAD
+    own = TuneOptions(model="m", slos=opts.slos, workload=opts.workload)
+    taken = {"engine", "trials", "output_dir", "max_error_rate", "seed", "load_model"}
+    taken |= {"startup_timeout_s", "request_timeout_s", "headroom", "load_margin"}
+    taken |= {"serving_model", "accept_divergence", "salt", "time_budget_s", "stages"}
+    for name in sorted(taken):
+        assert getattr(opts, name) == getattr(own, name), name

@@ -11,7 +11,15 @@ from pydantic import ValidationError
 
 from probes.slo import parse_slos
 from probes.workload import parse_workload
-from tuner.options import TuneOptions, problem
+from tuner.options import (
+    TuneOptions,
+    check_compare,
+    check_engine,
+    check_error_rate,
+    check_probe,
+    check_report,
+    problem,
+)
 
 
 def _opts(**kw: Any) -> TuneOptions:
@@ -29,7 +37,8 @@ def _opts(**kw: Any) -> TuneOptions:
         ({"trials": -1}, "--trials must be >= 0, got -1"),
         ({"time_budget_s": 0}, "--time-budget must be > 0, got 0"),
         ({"max_error_rate": 1.5}, "--max-error-rate must be in [0, 1), got 1.5"),
-        ({"headroom": 1.0}, "--headroom must be < 1, got 1"),
+        ({"headroom": 1.0}, "--headroom must be in [0%, 100%), got 100%"),
+        ({"load_margin": -0.05}, "--load-margin must be in [0%, 100%), got -5%"),
         ({"salt": "a b"}, "--salt 'a b': use 1-32 letters"),
         ({"stages": ["batching", "Turbo!"]}, "not stage names ['Turbo!']"),
         ({"space_file": Path("no/such.yaml")}, "--search-space no/such.yaml does not exist"),
@@ -40,7 +49,7 @@ def _opts(**kw: Any) -> TuneOptions:
         ({"model": ""}, "--model is required"),
         ({"draft_model": "./no/such/draft"}, "--draft-model ./no/such/draft is not a folder"),
         ({"neighbour_cpu_pct": 150.0}, "--neighbour-cpu must be <= 100, got 150"),
-        ({"load_model": "burst"}, "--load-model: input should be 'rate' or 'concurrency'"),
+        ({"load_model": "burst"}, "--load 'burst' is unknown; known: rate, concurrency"),
     ],
 )
 def test_bad_values_are_refused_with_one_line(kw: dict[str, Any], line: str) -> None:
@@ -75,3 +84,80 @@ def test_the_neighbour_auto_decides_is_8_percent_on_a_2_core_machine_it_starts_a
     assert auto_neighbour(launches=True, cores=1)[0] == 8.0
     assert auto_neighbour(launches=True, cores=16) == (0.0, None)  # the client's share is small
     assert auto_neighbour(launches=False, cores=2) == (0.0, None)  # an endpoint: load from afar
+
+
+PROBE_OK: dict[str, Any] = {
+    "model": "m",
+    "endpoint": None,
+    "concurrency": None,
+    "rate": None,
+    "requests": 200,
+    "warmup": 8,
+    "params": [],
+}
+
+
+@pytest.mark.parametrize(
+    ("kw", "line"),
+    [
+        ({"model": None}, "give either --model (to start a server) or --endpoint"),
+        ({"endpoint": "http://h:1"}, "give either --model (to start a server) or --endpoint"),
+        ({"concurrency": 4, "rate": 1.0}, "give --concurrency or --rate, not both"),
+        ({"concurrency": 0}, "--concurrency must be >= 1, got 0"),
+        ({"rate": 0.0}, "--rate must be > 0, got 0.0"),
+        ({"requests": 0}, "--requests must be >= 1 and --warmup >= 0"),
+        ({"warmup": -1}, "--requests must be >= 1 and --warmup >= 0"),
+        ({"model": None, "endpoint": "http://h:1", "params": ["a=1"]}, "--param goes with --model"),
+    ],
+)
+def test_the_probe_commands_options_are_checked_here(kw: dict[str, Any], line: str) -> None:
+    check_probe(**PROBE_OK)  # the defaults pass
+    with pytest.raises(ValueError) as exc:
+        check_probe(**{**PROBE_OK, **kw})
+    assert line in str(exc.value)
+
+
+REPORT_OK: dict[str, Any] = {
+    "fmt": "md,html,json",
+    "formats": {"md", "html", "json"},
+    "run_dir": Path("run"),
+    "storage": None,
+    "study": None,
+    "slo": [],
+    "max_error_rate": None,
+}
+
+
+@pytest.mark.parametrize(
+    ("kw", "line"),
+    [
+        ({"fmt": "pdf", "formats": {"pdf"}}, "--format 'pdf': give md, html or json"),
+        ({"fmt": ",", "formats": set()}, "--format ',': give md, html or json"),
+        ({"run_dir": None}, "give a run folder, or --storage URL --study NAME"),
+        ({"storage": "sqlite:///x.db"}, "give a run folder, or --storage URL --study NAME"),
+        ({"run_dir": None, "storage": "sqlite:///x.db"}, "--storage goes with --study NAME"),
+        (
+            {"run_dir": None, "storage": "sqlite:///x.db", "study": "s", "slo": ["ttft=1s"]},
+            "--storage goes with --study NAME (and no --slo)",
+        ),
+        ({"max_error_rate": 1.0}, "--max-error-rate must be in [0, 1), got 1"),
+    ],
+)
+def test_the_report_commands_options_are_checked_here(kw: dict[str, Any], line: str) -> None:
+    check_report(**REPORT_OK)
+    check_report(**{**REPORT_OK, "run_dir": None, "storage": "sqlite:///x.db", "study": "s"})
+    with pytest.raises(ValueError) as exc:
+        check_report(**{**REPORT_OK, **kw})
+    assert line in str(exc.value)
+
+
+def test_the_other_checks_the_cli_calls() -> None:
+    check_compare([Path("a"), Path("b")])
+    with pytest.raises(ValueError, match="give two or more run folders to compare"):
+        check_compare([Path("a")])
+    check_engine("vllm")
+    with pytest.raises(ValueError, match="engine 'vlm' is unknown; known: endpoint, transformers"):
+        check_engine("vlm")
+    check_error_rate(0.0)
+    with pytest.raises(ValueError, match=r"--max-error-rate must be in \[0, 1\), got -0.1"):
+        check_error_rate(-0.1)

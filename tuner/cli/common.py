@@ -11,8 +11,6 @@ import typer
 if TYPE_CHECKING:
     from tuner.report.schema import Report
 
-DEFAULT_WORKLOAD = "synthetic:input=128,output=64"
-
 
 def fail(msg: str, code: int = 2) -> NoReturn:
     typer.echo(f"autotune: error: {msg}", err=True)

@@ -1,4 +1,5 @@
-"""The command line (typer, thin): parses, validates, and hands over to tuner.api.
+"""The command line (typer, thin): parses, and hands over to tuner.api. Its defaults and every
+check on the values it parses are tuner/options.py's; a check's error is its one line here.
 
 Tuning is the root command:
 
@@ -18,13 +19,23 @@ from typing import TYPE_CHECKING, Annotated, Literal
 
 import typer
 
-from tuner.cli.common import DEFAULT_WORKLOAD, fail, finish
+from tuner.cli.common import fail, finish
+from tuner.options import (
+    AUTO_NEIGHBOUR_PCT,
+    DEFAULT_SLO,
+    DEFAULT_WORKLOAD,
+    NEIGHBOUR_AUTO,
+    RESULTS,
+    SMALL_MACHINE_CORES,
+    TuneOptions,
+    check_engine,
+    default,
+    problem,
+)
 
 if TYPE_CHECKING:
     from probes.workload import Workload
     from tuner.report.schema import Report
-
-DEFAULT_SLO = "ttft=2s"
 
 
 app = typer.Typer(
@@ -53,6 +64,16 @@ def _percent(flag: str, text: str, example: str) -> float:
         fail(f"{flag} {text!r} is not a percentage such as {example}")
 
 
+def _as_percent(fraction: float) -> str:
+    """0.1 -> ``10%``: a fraction's default as the flag takes it."""
+    return f"{fraction * 100:g}%"
+
+
+def _as_duration(seconds: float) -> str:
+    """300.0 -> ``300s``: a duration's default as the flag takes it."""
+    return f"{seconds:g}s"
+
+
 @app.callback(invoke_without_command=True)
 def tune_cmd(
     ctx: typer.Context,
@@ -68,7 +89,7 @@ def tune_cmd(
     ] = [],  # noqa: B006
     engine: Annotated[
         str, typer.Option(help="engine to tune: vllm, transformers, or endpoint (a running server)")
-    ] = "vllm",
+    ] = default("engine"),
     endpoint: Annotated[
         str | None,
         typer.Option(help="with --engine endpoint: the running server's root URL"),
@@ -103,7 +124,7 @@ def tune_cmd(
             help="load model: rate (open-loop arrivals, Poisson or the workload's own, what a "
             "service sees; capacity in requests/s) or concurrency (a closed loop of N clients)"
         ),
-    ] = "rate",
+    ] = default("load_model"),
     salt: Annotated[
         str | None,
         typer.Option(
@@ -113,17 +134,28 @@ def tune_cmd(
     trials: Annotated[
         int,
         typer.Option(help="server configurations to start after the baseline, across all stages"),
-    ] = 8,
+    ] = default("trials"),
     time_budget: Annotated[
         str | None, typer.Option(help="cap on the whole run's wall time, e.g. 15m")
     ] = None,
-    output: Annotated[Path, typer.Option(help="folder for results/<run-id>/")] = Path("results"),
-    max_error_rate: Annotated[float, typer.Option(help="highest tolerated error rate")] = 0.01,
-    seed: Annotated[int, typer.Option(help="seed of the sampler and the workload salts")] = 0,
-    startup_timeout: Annotated[str, typer.Option(help="most an engine start may take")] = "300s",
+    output: Annotated[
+        Path,
+        typer.Option(help="folder for results/<run-id>/"),
+    ] = RESULTS,
+    max_error_rate: Annotated[
+        float,
+        typer.Option(help="highest tolerated error rate"),
+    ] = default("max_error_rate"),
+    seed: Annotated[
+        int,
+        typer.Option(help="seed of the sampler and the workload salts"),
+    ] = default("seed"),
+    startup_timeout: Annotated[
+        str, typer.Option(help="most an engine start may take")
+    ] = _as_duration(default("startup_timeout_s")),
     request_timeout: Annotated[
         str, typer.Option(help="most one request may take; past it, it counts as an error")
-    ] = "180s",
+    ] = _as_duration(default("request_timeout_s")),
     search_space: Annotated[
         Path | None, typer.Option(help="a search-space file instead of the engine's own")
     ] = None,
@@ -132,22 +164,23 @@ def tune_cmd(
         typer.Option(
             help="confirm the recommendation with latencies this far under their limits, e.g. 10%",
         ),
-    ] = "10%",
+    ] = _as_percent(default("headroom")),
     load_margin: Annotated[
         str,
         typer.Option(
             help="under --load rate, recommend at most this far under the fitted capacity, e.g. "
             "15% (open-loop latency explodes near saturation; a heavier client sees it first)",
         ),
-    ] = "15%",
+    ] = _as_percent(default("load_margin")),
     neighbour_cpu: Annotated[
         str,
         typer.Option(
-            help="score and confirm beside a process burning this share of one core, e.g. 8% "
-            "(costs the server about what a co-located vLLM benchmark client does); auto: 8% "
-            "on a machine of 2 cores where autotune starts the server, else none",
+            help="score and confirm beside a process burning this share of one core, e.g. "
+            f"{AUTO_NEIGHBOUR_PCT:g}% (costs the server about what a co-located vLLM benchmark "
+            f"client does); {NEIGHBOUR_AUTO}: {AUTO_NEIGHBOUR_PCT:g}% on a machine of "
+            f"{SMALL_MACHINE_CORES} cores where autotune starts the server, else none",
         ),
-    ] = "auto",
+    ] = NEIGHBOUR_AUTO,
     stages: Annotated[
         str | None,
         typer.Option(help="run only these stages, e.g. batching,quantisation [default: all]"),
@@ -171,7 +204,7 @@ def tune_cmd(
             help="let the serving model, calibrated on the measured builds, choose what the "
             "batching stage measures (off: Optuna's sampler alone)",
         ),
-    ] = True,
+    ] = default("serving_model"),
     accept_divergence: Annotated[
         bool,
         typer.Option(
@@ -179,7 +212,7 @@ def tune_cmd(
             help="allow recommending speculative decoding whose greedy outputs differ from "
             "the same configuration without it",
         ),
-    ] = False,
+    ] = default("accept_divergence"),
     storage: Annotated[
         str | None,
         typer.Option(
@@ -217,8 +250,6 @@ def tune_cmd(
     from probes.slo import SLOError, parse_slos
     from probes.workload import WorkloadError, parse_workload
 
-    if load not in ("rate", "concurrency"):
-        fail(f"--load {load!r} is unknown; known: rate, concurrency")
     if not slo:
         typer.echo(
             f"autotune: no --slo given; using the default {DEFAULT_SLO} (p99 TTFT <= 2 s)", err=True
@@ -233,14 +264,10 @@ def tune_cmd(
     except (SLOError, WorkloadError, ValueError) as exc:
         fail(str(exc))
     headroom_frac = _percent("--headroom", headroom, "10%") / 100.0
-    if not 0 <= headroom_frac < 1:
-        fail(f"--headroom must be in [0%, 100%), got {headroom}")
     margin_frac = _percent("--load-margin", load_margin, "15%") / 100.0
-    if not 0 <= margin_frac < 1:
-        fail(f"--load-margin must be in [0%, 100%), got {load_margin}")
     neighbour_pct = (
         None
-        if neighbour_cpu.strip().lower() == "auto"
+        if neighbour_cpu.strip().lower() == NEIGHBOUR_AUTO
         else _percent("--neighbour-cpu", neighbour_cpu, "8%")
     )
     stage_list = None
@@ -250,8 +277,6 @@ def tune_cmd(
     from pydantic import ValidationError
 
     from tuner import api
-    from tuner.engines import ENGINES
-    from tuner.options import TuneOptions, problem
 
     try:
         opts = TuneOptions(
@@ -288,8 +313,10 @@ def tune_cmd(
         )
     except ValidationError as exc:
         fail(problem(exc))
-    if engine not in ENGINES:
-        fail(f"engine {engine!r} is unknown; known: {', '.join(sorted(ENGINES))}")
+    try:
+        check_engine(engine)
+    except ValueError as exc:
+        fail(str(exc))
     from tuner.run.progress import Display
 
     _run_tuning(lambda: api.tune(opts, Display()), as_json)

@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 
 from tuner.cli.common import fail
+from tuner.options import check_load
 
 
 def predict_cmd(
@@ -39,8 +40,11 @@ def predict_cmd(
     from tuner.runs.predict_run import PredictError, predict_from_run
     from tuner.runs.probe_run import ProbeError, parse_params
 
-    if load is not None and load not in ("rate", "concurrency"):
-        fail(f"--load {load!r} is unknown; known: rate, concurrency")
+    try:
+        if load is not None:
+            check_load(load)
+    except ValueError as exc:
+        fail(str(exc))
     try:
         params = parse_params(param)
         wl = parse_workload(workload) if workload else None

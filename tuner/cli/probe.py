@@ -10,7 +10,15 @@ from typing import Annotated
 
 import typer
 
-from tuner.cli.common import DEFAULT_WORKLOAD, fail
+from tuner.cli.common import fail
+from tuner.options import (
+    DEFAULT_WORKLOAD,
+    PROBE_REQUESTS,
+    PROBE_WARMUP,
+    RESULTS,
+    check_probe,
+    default,
+)
 
 
 def probe_cmd(
@@ -25,7 +33,7 @@ def probe_cmd(
             help="the model name the endpoint serves [default: what /v1/models lists first]"
         ),
     ] = None,
-    engine: Annotated[str, typer.Option(help="engine to start with --model")] = "vllm",
+    engine: Annotated[str, typer.Option(help="engine to start with --model")] = default("engine"),
     param: Annotated[
         list[str],
         typer.Option(help="knob=value of the engine's search space, for --model; repeatable"),
@@ -35,8 +43,8 @@ def probe_cmd(
     ] = DEFAULT_WORKLOAD,
     concurrency: Annotated[int | None, typer.Option(help="closed-loop concurrency")] = None,
     rate: Annotated[float | None, typer.Option(help="open-loop Poisson rate, requests/s")] = None,
-    requests: Annotated[int, typer.Option(help="measured requests")] = 200,
-    warmup: Annotated[int, typer.Option(help="warm-up requests, discarded")] = 8,
+    requests: Annotated[int, typer.Option(help="measured requests")] = PROBE_REQUESTS,
+    warmup: Annotated[int, typer.Option(help="warm-up requests, discarded")] = PROBE_WARMUP,
     tokenizer: Annotated[
         str | None,
         typer.Option(
@@ -72,25 +80,25 @@ def probe_cmd(
             "OUTPUT/probe-<time> keeps the result and every sweep's requests, from which "
             "autotune compare predicts this machine"
         ),
-    ] = Path("results"),
+    ] = RESULTS,
 ) -> None:
     """Measure one load on a server, TTFT and time per token apart; --diagnose says where the
     time goes and which tuning stages can pay off."""
     from probes.slo import SLOError, parse_slos
     from probes.workload import WorkloadError, parse_workload
 
-    if (model is None) == (endpoint is None):
-        fail("give either --model (to start a server) or --endpoint (a running one)")
-    if concurrency is not None and rate is not None:
-        fail("give --concurrency or --rate, not both")
-    if concurrency is not None and concurrency < 1:
-        fail(f"--concurrency must be >= 1, got {concurrency}")
-    if rate is not None and rate <= 0:
-        fail(f"--rate must be > 0, got {rate}")
-    if requests < 1 or warmup < 0:
-        fail("--requests must be >= 1 and --warmup >= 0")
-    if param and model is None:
-        fail("--param goes with --model: an endpoint's settings are not autotune's to change")
+    try:
+        check_probe(
+            model=model,
+            endpoint=endpoint,
+            concurrency=concurrency,
+            rate=rate,
+            requests=requests,
+            warmup=warmup,
+            params=param,
+        )
+    except ValueError as exc:
+        fail(str(exc))
     try:
         wl = parse_workload(workload)
         slos = parse_slos(slo) if slo else None

@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 
 from tuner.cli.common import fail, finish
+from tuner.options import REPORT_FORMATS, RESULTS, check_compare, check_report
 
 
 def report_cmd(
@@ -28,27 +29,34 @@ def report_cmd(
     ] = None,
     fmt: Annotated[
         str, typer.Option("--format", help="files to write: md, html, json, comma-separated")
-    ] = "md,html,json",
+    ] = ",".join(REPORT_FORMATS),
     storage: Annotated[
         str | None, typer.Option(help="a shared study's database URL (instead of RUN_DIR)")
     ] = None,
     study: Annotated[str | None, typer.Option(help="the shared study's name")] = None,
     output: Annotated[
         Path, typer.Option(help="with --storage: folder for <study>/report.*")
-    ] = Path("results"),
+    ] = RESULTS,
 ) -> None:
     """Render a run's report again, re-score it under other SLOs from its per-request records
     (--slo), or build a shared study's report (--storage, --study)."""
     from tuner import api
 
     formats = {f.strip() for f in fmt.split(",") if f.strip()}
-    if not formats or formats - {"md", "html", "json"}:
-        fail(f"--format {fmt!r}: give md, html or json, comma-separated")
-    if (run_dir is None) == (storage is None):
-        fail("give a run folder, or --storage URL --study NAME for a shared study")
+    try:
+        check_report(
+            fmt=fmt,
+            formats=formats,
+            run_dir=run_dir,
+            storage=storage,
+            study=study,
+            slo=slo,
+            max_error_rate=max_error_rate,
+        )
+    except ValueError as exc:
+        fail(str(exc))
     if storage is not None:
-        if study is None or slo:
-            fail("--storage goes with --study NAME (and no --slo)")
+        assert study is not None
         try:
             report, folder = api.shared_report(storage, study, output)
         except api.UserError as exc:
@@ -56,8 +64,6 @@ def report_cmd(
         finish(report, folder)
         return
     assert run_dir is not None
-    if max_error_rate is not None and not 0 <= max_error_rate < 1:
-        fail(f"--max-error-rate must be in [0, 1), got {max_error_rate}")
     try:
         report, folder = api.render_run(run_dir, slo, max_error_rate, formats)
     except api.UserError as exc:
@@ -101,13 +107,15 @@ def compare_cmd(
     from tuner.runs.compare_runs import CompareError, compare, parse_prices
     from tuner.runs.rescore import RescoreError
 
-    if len(run_dirs) < 2:
-        fail("give two or more run folders to compare")
+    try:
+        check_compare(run_dirs)
+    except ValueError as exc:
+        fail(str(exc))
     try:  # a folder of neither kind is refused there, before anything is read
         result = compare(run_dirs, parse_prices(price))
     except (CompareError, RescoreError) as exc:
         fail(str(exc))
-    folder = output or Path("results") / time.strftime("compare-%Y%m%d-%H%M%S")
+    folder = output or RESULTS / time.strftime("compare-%Y%m%d-%H%M%S")
     md = render_markdown(result)
     write_atomic(folder / "compare.md", md.encode())
     write_atomic(folder / "compare.html", render_html(result).encode())

@@ -21,10 +21,12 @@ class UnknownEngineError(ValueError):
     pass
 
 
+def check_engine(name: str) -> None:
+    """Raises UnknownEngineError, naming the known engines, where ``name`` is none of them."""
+    if name not in ENGINES:
+        raise UnknownEngineError(f"engine {name!r} is unknown; known: {', '.join(sorted(ENGINES))}")
+
+
 def get_engine(name: str) -> Engine:
-    try:
-        return ENGINES[name]()
-    except KeyError:
-        raise UnknownEngineError(
-            f"engine {name!r} is unknown; known: {', '.join(sorted(ENGINES))}"
-        ) from None
+    check_engine(name)
+    return ENGINES[name]()
