@@ -10,6 +10,7 @@ report, folder = tune(TuneOptions(model="smollm2-135m", slos=parse_slos(["ttft=2
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from pathlib import Path
 
 from probes.workload import WorkloadError
@@ -17,6 +18,7 @@ from tuner.engines import UnknownEngineError
 from tuner.engines.endpoint import EndpointError
 from tuner.engines.models import ModelError
 from tuner.options import TuneOptions
+from tuner.report.formats import FORMATS, write_reports
 from tuner.report.schema import Report
 from tuner.run.runner import Progress, Runner
 from tuner.spaces.space import SpaceError
@@ -91,7 +93,6 @@ def shared_report(storage: str, study: str, out_dir: Path) -> tuple[Report, Path
     Raises:
         UserError: the storage cannot be opened, or the study has no confirmation yet.
     """
-    from tuner.run.assemble import write_files
     from tuner.storage.shared import SharedStudy
 
     try:
@@ -107,7 +108,7 @@ def shared_report(storage: str, study: str, out_dir: Path) -> tuple[Report, Path
         )
     report = Report.model_validate(doc["report"])
     folder = out_dir / study
-    write_files(report, folder)
+    write_reports(report, folder)
     return report, folder
 
 
@@ -115,7 +116,7 @@ def render_run(
     run_dir: Path,
     slo: list[str],
     max_error_rate: float | None = None,
-    formats: set[str] | frozenset[str] = frozenset({"md", "html", "json"}),
+    formats: Collection[str] = tuple(FORMATS),
 ) -> tuple[Report, Path]:
     """A run's report written again from its report.json (``autotune report RUN_DIR``); with
     ``slo``, every recorded trial re-scored under those SLOs (tuner/runs/rescore.py) into a folder
@@ -128,7 +129,6 @@ def render_run(
     from pydantic import ValidationError
 
     from probes.slo import SLOError, parse_slos
-    from tuner.run.assemble import write_files
     from tuner.runs.rescore import RescoreError, folder_name, rescore
 
     path = run_dir / "report.json"
@@ -139,7 +139,7 @@ def render_run(
     except (OSError, ValidationError) as exc:
         raise UserError(f"{path} cannot be read: {str(exc).splitlines()[0]}") from None
     if not slo:
-        write_files(report, run_dir, formats)
+        write_reports(report, run_dir, formats)
         return report, run_dir
     try:
         slos = parse_slos(slo)
@@ -149,5 +149,5 @@ def render_run(
     except (SLOError, RescoreError) as exc:
         raise UserError(str(exc)) from exc
     folder = run_dir / folder_name(slos)
-    write_files(again, folder, formats)
+    write_reports(again, folder, formats)
     return again, folder

@@ -28,6 +28,7 @@ from pydantic import (
 from probes.derive import derive
 from probes.slo import SLOSet
 from probes.workload import FileWorkload, TraceWorkload, Workload, WorkloadError, trace_scale
+from tuner.report.formats import FORMATS
 from tuner.scoring.capacity import RATE_STEP
 from tuner.scoring.compare import TIE_BAND
 from tuner.spaces.space import STAGE_ORDER
@@ -47,7 +48,7 @@ DEFAULT_WORKLOAD = "synthetic:input=128,output=64"
 NEIGHBOUR_AUTO = "auto"  # --neighbour-cpu: decided by the machine (``auto_neighbour``)
 RESULTS = Path("results")  # where every command writes its folders
 LOAD_MODELS = ("rate", "concurrency")
-REPORT_FORMATS = ("md", "html", "json")  # what ``autotune report --format`` may write
+REPORT_FORMATS = tuple(FORMATS)  # ``autotune report --format``'s default: every format
 # ``autotune probe``: measured requests, and warm-up requests discarded before them.
 PROBE_REQUESTS = 200
 PROBE_WARMUP = 8
@@ -381,8 +382,9 @@ def check_report(
 ) -> None:
     """Raises ValueError, one line naming the flag, where ``autotune report``'s options do not
     go together (``formats``: ``fmt``'s comma-separated names)."""
-    if not formats or formats - set(REPORT_FORMATS):
-        raise ValueError(f"--format {fmt!r}: give md, html or json, comma-separated")
+    if not formats or formats - set(FORMATS):
+        *names, last = FORMATS
+        raise ValueError(f"--format {fmt!r}: give {', '.join(names)} or {last}, comma-separated")
     if (run_dir is None) == (storage is None):
         raise ValueError("give a run folder, or --storage URL --study NAME for a shared study")
     if storage is not None and (study is None or slo):

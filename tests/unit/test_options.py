@@ -131,8 +131,8 @@ REPORT_OK: dict[str, Any] = {
 @pytest.mark.parametrize(
     ("kw", "line"),
     [
-        ({"fmt": "pdf", "formats": {"pdf"}}, "--format 'pdf': give md, html or json"),
-        ({"fmt": ",", "formats": set()}, "--format ',': give md, html or json"),
+        ({"fmt": "pdf", "formats": {"pdf"}}, "--format 'pdf': give json, md or html"),
+        ({"fmt": ",", "formats": set()}, "--format ',': give json, md or html"),
         ({"run_dir": None}, "give a run folder, or --storage URL --study NAME"),
         ({"storage": "sqlite:///x.db"}, "give a run folder, or --storage URL --study NAME"),
         ({"run_dir": None, "storage": "sqlite:///x.db"}, "--storage goes with --study NAME"),

@@ -28,7 +28,10 @@ def report_cmd(
         float | None, typer.Option(help="with --slo: the error-rate limit [default: the run's]")
     ] = None,
     fmt: Annotated[
-        str, typer.Option("--format", help="files to write: md, html, json, comma-separated")
+        str,
+        typer.Option(
+            "--format", help=f"files to write: {', '.join(REPORT_FORMATS)}, comma-separated"
+        ),
     ] = ",".join(REPORT_FORMATS),
     storage: Annotated[
         str | None, typer.Option(help="a shared study's database URL (instead of RUN_DIR)")

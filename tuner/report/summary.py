@@ -14,6 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from tuner.report.formats import FORMATS
 from tuner.report.schema import Report
 
 OK, FAILED, BAD_INPUT, NONE_MET, INTERRUPTED = 0, 1, 2, 3, 130
@@ -33,7 +34,7 @@ def summary(report: Report, folder: Path) -> dict[str, Any]:
     files = {
         name: str(folder / name)
         for name in (
-            "report.json", "report.md", "report.html", "recommended.vllm.yaml",
+            *(f.file for f in FORMATS.values()), "recommended.vllm.yaml",
             "recommended.env", "serve.sh", "k8s.yaml",
         )
         if (folder / name).is_file()

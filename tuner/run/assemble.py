@@ -1,5 +1,5 @@
 """The report (report.json, report.md, report.html, deployment files), assembled from the
-run's state and written atomically.
+run's state and written atomically in each of its formats (tuner/report/formats.py).
 
 The state is what the store holds (every finished trial is checkpointed before the next
 starts; a resumed run restores it from there), so an interrupted, resumed run assembles the
@@ -9,22 +9,15 @@ same report as an uninterrupted one, timings aside.
 from __future__ import annotations
 
 from datetime import datetime, timezone
-from pathlib import Path
 from typing import Any, Literal
 
 from probes.describe import describe, sent
 from probes.exactness import Exactness
 from probes.records import RequestRecord
 from probes.workload import FileWorkload, SyntheticWorkload, TraceWorkload
+from tuner.report.formats import write_reports
 from tuner.report.model_errors import errors_by_basis, model_errors
-from tuner.report.schema import (
-    Report,
-    ServingModelReport,
-    SLOReport,
-    Timing,
-    dump_json,
-    write_atomic,
-)
+from tuner.report.schema import Report, ServingModelReport, SLOReport, Timing
 from tuner.run.state import RunState
 from tuner.servemodel.spreads import PROBE_SPREAD, RUN_TO_RUN, TRANSFER_SPREAD
 from tuner.storage.records import RecordsMissing, read_records, records_path
@@ -159,29 +152,8 @@ def serving_model_report(st: RunState) -> ServingModelReport | None:
 def write_report(
     st: RunState, status: RunStatus, error: str | None, endpoint: str | None = None
 ) -> Report:
-    """Assemble the report and write report.json and report.md into the run folder."""
+    """Assemble the report and write it into the run folder in every format (report.json,
+    report.md, report.html and the deployment files)."""
     report = assemble(st, status, error, endpoint)
-    write_files(report, st.out)
+    write_reports(report, st.out)
     return report
-
-
-def write_files(
-    report: Report,
-    folder: Path,
-    formats: set[str] | frozenset[str] = frozenset({"md", "html", "json"}),
-) -> None:
-    """report.json, report.md, the recommendation's deployment files (tuner/report/exports.py) and
-    report.html in ``folder``, each atomically (``formats``: which of json, md, html)."""
-    from tuner.report.exports import write_exports
-    from tuner.report.html import render_html
-    from tuner.report.render import render_markdown
-    from tuner.report.views import build
-
-    folder.mkdir(parents=True, exist_ok=True)
-    if "json" in formats:
-        write_atomic(folder / "report.json", dump_json(report))
-    if "md" in formats:
-        write_atomic(folder / "report.md", render_markdown(report).encode())
-    if "html" in formats:
-        files = [p.name for p in write_exports(report, folder)]
-        write_atomic(folder / "report.html", render_html(build(report, files)).encode())
