@@ -36,6 +36,7 @@ from pydantic import BaseModel, ConfigDict
 
 from probes.client import LoadClient, run_load
 from probes.metrics import LoadMetrics, summarize
+from probes.neighbour import Neighbour
 from probes.records import RequestRecord
 from probes.roofline import DeviceRates, ModelSize, measure_device, model_size, parse_cache_bytes
 from probes.server_metrics import ServerSeries, delta, fetch_snapshot
@@ -130,13 +131,18 @@ def run_diagnosis(
     measure_roofline: bool = True,
     enough: Callable[[SweepPoint], bool] = lambda p: False,
     keep: Callable[[str, list[RequestRecord]], None] = lambda name, records: None,
+    neighbour_pct: float = 0.0,
 ) -> Diagnosis:
     """Run the sweeps on the server ``client`` points at and decide (module docstring).
 
     ``enough``: asked with the decode sweep's concurrency-1 point; True ends the decode sweep
     there (the caller has learnt what it needed: no load can meet its SLOs, say), so a server
     that takes seconds a request is not swept at larger batches too. ``keep``: given each
-    sweep point's name and per-request records, as measured."""
+    sweep point's name and per-request records, as measured. ``neighbour_pct``: the sweeps
+    run beside a process burning that share of one core (probes/neighbour.py), as the caller's
+    load points are measured: on a 1-core Xeon (2026-12-06) a fit on sweeps without it put the
+    steps of points measured beside 8 % at 0.75-0.85 of their measured time. The roofline is
+    measured without it."""
     seeds = iter(range(seed * 1000 + 1, seed * 1000 + 1000))
     if isinstance(workload, SyntheticWorkload):
         in_len, out_len = workload.input_len, workload.output_len
@@ -147,7 +153,8 @@ def run_diagnosis(
         reqs = prepare_requests(
             wl, n, model=served_model, tokenizer=tokenizer, seed=next(seeds), ignore_eos=ignore_eos
         )
-        res = run_load(client, reqs, concurrency=c)
+        with Neighbour(neighbour_pct):
+            res = run_load(client, reqs, concurrency=c)
         keep(name, res.records)
         return summarize(res.records, client_cpu_pct=res.client_cpu_pct)
 

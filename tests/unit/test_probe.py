@@ -307,6 +307,38 @@ def test_probe_on_an_endpoint_measures_the_given_load(tmp_path: Path) -> None:
     assert result.metrics.n_completed == 6 and result.metrics.n_failed == 0
     assert result.load == {"concurrency": 2}
     assert result.metrics.ttft_ms.p50 is not None and result.metrics.tpot_ms.p50 is not None
+    # an endpoint autotune did not start: no CPU neighbour decided for it
+    assert result.neighbour_cpu_pct == 0.0
+
+
+@pytest.mark.timeout(60)
+def test_every_sweep_point_is_measured_beside_the_neighbour(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The serving model is calibrated on the sweeps and checked against load points measured
+    beside the run's CPU neighbour: the sweeps run beside it too, each point inside it."""
+    import probes.diagnose as diagnose
+
+    events: list[str] = []
+
+    class Recorder:
+        def __init__(self, pct: float) -> None:
+            self.pct = pct
+
+        def __enter__(self) -> None:
+            events.append(f"on {self.pct:g}")
+
+        def __exit__(self, *exc: object) -> None:
+            events.append("off")
+
+    def keep(name: str, records: list[object]) -> None:
+        events.append(name)
+
+    monkeypatch.setattr(diagnose, "Neighbour", Recorder)
+    _fake_diagnosis(8, neighbour_pct=8.0, keep=keep)
+    points = [e for e in events if e not in ("on 8", "off")]
+    assert len(points) == 9  # 4 prefill lengths, 4 decode batches, the mixed point
+    assert events == [e for p in points for e in ("on 8", "off", p)]
 
 
 def test_verdict_emulated_bf16_expects_batching_to_pay_off_through_float32() -> None:

@@ -406,6 +406,9 @@ class Evaluator:
                 progress=st.say,
                 enough=lambda one: reach.unreachable_alone(one, st.cons) is not None,
                 keep=partial(keep_records, st.out / "probe", kept),
+                # beside the CPU neighbour every load point is measured beside (the model is
+                # calibrated on these sweeps and checked against those points)
+                neighbour_pct=st.opts.neighbour_cpu_pct or 0.0,
             )
             st.diagnosis.records_files = kept
             st.say(f"probe: {st.diagnosis.verdict.summary}")

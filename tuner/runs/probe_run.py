@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import time
 from collections.abc import Callable, Iterator
 from functools import partial
@@ -32,6 +33,7 @@ from probes.client import LoadClient, run_load
 from probes.describe import describe, sent
 from probes.diagnose import Diagnosis, run_diagnosis
 from probes.metrics import LoadMetrics, Verdict, summarize
+from probes.neighbour import Neighbour
 from probes.sequential import shortfall
 from probes.server_metrics import ServerSeries
 from probes.slo import SLOSet
@@ -52,6 +54,7 @@ from tuner.engines.base import Engine, EngineStartError, LaunchSpec, ServerProce
 from tuner.engines.endpoint import EndpointEngine, EndpointError, attach
 from tuner.engines.hardware import Hardware, detect_hardware, template_context
 from tuner.engines.models import ModelError, load_tokenizer, resolve_model
+from tuner.options import auto_neighbour
 from tuner.report.schema import dump_json, write_atomic
 from tuner.scoring.judge import judge_point
 from tuner.spaces.launch import launch_settings
@@ -82,6 +85,8 @@ class ProbeResult(BaseModel):
     verdict: Verdict | None = None
     # The workload and what the measured requests sent (probes.describe)
     workload_sent: dict[str, Any] | None = None
+    # the CPU neighbour the load point and the sweeps were measured beside (% of one core)
+    neighbour_cpu_pct: float = 0.0
 
 
 def parse_params(pairs: list[str]) -> dict[str, Any]:
@@ -231,10 +236,15 @@ def probe(
     max_error_rate: float = 0.01,
     grow: bool = True,
     progress: Callable[[str], None] = lambda m: None,
+    neighbour_pct: float | None = None,
 ) -> ProbeResult:
     """Measure one load (and, with ``diagnose``, the sweeps); see the module docstring. With
     latency SLOs and ``grow``, the point sends up to ``requests`` more where requests over a
-    limit leave the percentile's sample short (probes/sequential.py).
+    limit leave the percentile's sample short (probes/sequential.py). ``neighbour_pct``: the
+    load point and the sweeps are measured beside a process burning that share of one core
+    (probes/neighbour.py); None: what a tuning run on this machine decides
+    (``options.auto_neighbour``), so that a probe compared with runs, or calibrating the model
+    that predicts them, was measured as their points were.
 
     Raises:
         ProbeError: bad parameters, an unreachable endpoint, a tokenizer that cannot load.
@@ -257,6 +267,10 @@ def probe(
     if launch is not None:  # the tokenizer and the prompts are checked before the start
         tok = _tokenizer(tokenizer or launch[1]) if built else _tokenizer(tokenizer)
         _check_buildable(workload, tok)
+    if neighbour_pct is None:
+        neighbour_pct, why = auto_neighbour(launch is not None, len(os.sched_getaffinity(0)))
+        if why:
+            progress(why.replace("every point is", "the probe is"))
     out_dir.mkdir(parents=True, exist_ok=True)
     with _server(launch, endpoint, served_model, out_dir, progress) as (
         url,
@@ -282,17 +296,18 @@ def probe(
         )
         judged_by = slos
         more = (lambda recs, now: shortfall(recs, judged_by, now)) if judged_by and room else None
-        res = run_load(
-            client,
-            reqs,
-            concurrency=concurrency,
-            rate_rps=rate_rps,
-            warmup=warmup,
-            seed=seed,
-            base=requests if more else None,
-            more=more,
-            schedule=schedule,
-        )
+        with Neighbour(neighbour_pct):
+            res = run_load(
+                client,
+                reqs,
+                concurrency=concurrency,
+                rate_rps=rate_rps,
+                warmup=warmup,
+                seed=seed,
+                base=requests if more else None,
+                more=more,
+                schedule=schedule,
+            )
         if len(res.records) > requests:
             progress(
                 f"probe: grown from {requests} to {len(res.records)} requests, as the "
@@ -324,6 +339,7 @@ def probe(
                 progress=progress,
                 series=series,
                 keep=keep,
+                neighbour_pct=neighbour_pct,
             )
             diagnosis.records_files = kept
     load: dict[str, float] = (
@@ -348,6 +364,7 @@ def probe(
         slo=slos.labels if slos is not None else [],
         verdict=verdict,
         workload_sent=describe(workload, sent(res.records)),
+        neighbour_cpu_pct=neighbour_pct,
     )
     if diagnose:  # a probe folder: what autotune compare predicts this machine from
         write_atomic(out_dir / PROBE_FILE, dump_json(result))
