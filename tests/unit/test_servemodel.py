@@ -13,7 +13,7 @@ from tuner.servemodel.calibrate import calibrate, decode_observations, idle_obse
 from tuner.servemodel.load import Lengths, closed_loop, cycled, poisson
 from tuner.servemodel.predict import Spread, predict
 from tuner.servemodel.scheduler import Arrival, Knobs, SimulationError, StepTrace, simulate
-from tuner.servemodel.steptime import FitError, Observation, StepModel, fit_steps
+from tuner.servemodel.steptime import FitError, Observation, StepModel, attention_pairs, fit_steps
 
 FIXED = cycled([(128, 64)])
 
@@ -25,6 +25,7 @@ def model(
     ctx: float = 0.0,
     kpair: float = 0.0,
     overhead: float = 0.0,
+    prefill_step: float = 0.0,
 ) -> StepModel:
     return StepModel(
         base_s=base,
@@ -33,6 +34,7 @@ def model(
         per_ctx_ktoken_s=ctx,
         per_prefill_kpair_s=kpair,
         overhead_s=overhead,
+        per_prefill_step_s=prefill_step,
     )
 
 
@@ -175,6 +177,50 @@ def test_idle_requests_give_the_overhead_and_busy_ones_do_not() -> None:
     assert dec[0].prefill_tokens == 100
     assert dec[0].decode_seqs == pytest.approx(5.0, abs=0.1)
     assert dec[0].steps == 3
+
+
+def test_a_step_with_prompt_tokens_costs_its_prefill_step_once() -> None:
+    step = model(base=0.01, prefill=0.001, decode=0.002, prefill_step=0.02)
+    assert step.step_s(0, 5) == pytest.approx(0.01 + 0.01)
+    assert step.step_s(1, 5) == pytest.approx(0.01 + 0.001 + 0.02 + 0.01)
+    assert step.step_s(100, 5) == pytest.approx(0.01 + 0.1 + 0.02 + 0.01)
+    # a request decoding while another joins: its step with the prompt costs the extra 20 ms
+    first, second = simulate(
+        [Arrival(0.0, 10, 4), Arrival(0.025, 10, 2)], Knobs(8, 2048), step
+    )  # fmt: skip
+    # first: prefill 0.01 + 0.01 + 0.02 = 0.04; its first decode step holds the second's
+    # prompt: 0.01 + 0.01 + 0.02 + 0.002 = 0.042 (to 0.082); then steps of 0.014 and 0.012
+    assert first.t_first == pytest.approx(0.04)
+    assert second.t_first == pytest.approx(0.082)
+    assert first.t_last == pytest.approx(0.082 + 0.014 + 0.012)
+
+
+def test_prefill_steps_are_counted_from_first_tokens_that_came_together() -> None:
+    step = model(base=0.01, prefill=0.0001, decode=0.001, prefill_step=0.02)
+    # a long request decoding while two prompts join in one step, then one in another
+    arrivals = [Arrival(0.0, 50, 40), Arrival(0.1, 50, 3), Arrival(0.1, 50, 3), Arrival(0.3, 50, 3)]
+    recs = simulate(arrivals, Knobs(8, 2048), step)
+    long = decode_observations(recs)[0]
+    assert long.prefill_tokens == 150 and long.prefill_steps == 2
+    assert all(o.prefill_steps == 1 for o in idle_observations(recs))
+
+
+def test_calibration_tells_a_prefill_steps_cost_from_its_tokens() -> None:
+    """Poisson points (a prompt in most steps) and a closed loop whose prompts join in waves:
+    the fit finds the cost of a step with prompts apart from its tokens' and the overhead."""
+    true = model(base=0.02, prefill=0.0002, decode=0.001, overhead=0.005, prefill_step=0.025)
+    points = scripted_points(true, Knobs(128, 2048), (2.0, 6.0, 10.0))
+    first, more = closed_loop(32, 128, cycled([(128, 16)]), seed=2)
+    points.append(simulate(first, Knobs(128, 2048), true, on_finish=more))
+    fit = calibrate(points)
+    assert fit.per_prefill_step_s == pytest.approx(0.025, rel=0.15)
+    # a lone request's TTFT (the overhead and its prefill step), whichever way it is split
+    kp = attention_pairs(0, 128) / 1000.0
+    idle = true.overhead_s + true.step_s(128, 0, 0.0, kp)
+    assert fit.overhead_s + fit.step_s(128, 0, 0.0, kp) == pytest.approx(idle, rel=0.05)
+    # a step of 60 decoding sequences with one prompt joining, and one without
+    assert fit.step_s(128, 60, 0.0, kp) == pytest.approx(true.step_s(128, 60, 0.0, kp), rel=0.05)
+    assert fit.step_s(0, 60) == pytest.approx(true.step_s(0, 60), rel=0.05)
 
 
 def test_fit_needs_enough_observations() -> None:

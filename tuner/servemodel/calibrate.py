@@ -10,7 +10,9 @@ No engine series is needed: the records the load client writes say enough.
   attending to its prompt and the tokens before it, and each request whose first token came
   inside the interval adds its prompt (prefilled in the step that gave its first token). The
   sum of the step formula over those steps is linear in the coefficients: one observation per
-  request.
+  request. How many of those steps computed prompts (``prefill_steps``) is counted from the
+  first-token times of the requests prefilled in it: the first tokens of one step reach the
+  client together, so times closer than half the interval's mean step are one step.
 - **An idle server shows the overhead.** A request sent while no other was in flight waits for
   nothing but its own prefill step: its TTFT is ``overhead_s`` plus one step of ``n_in``
   tokens. Those requests (every request of a concurrency-1 sweep, a few at light load) are
@@ -30,6 +32,7 @@ from tuner.servemodel.steptime import Observation, StepModel, attention_pairs, f
 
 IDLE_TOLERANCE_S = 1e-3
 MIN_DECODE_TOKENS = 3  # a request with fewer output tokens spans too few steps to say much
+STEP_SHARE = 0.5  # first tokens closer than this share of a mean step came from one step
 
 
 def decode_observations(records: Sequence[RequestRecord]) -> list[Observation]:
@@ -53,6 +56,9 @@ def decode_observations(records: Sequence[RequestRecord]) -> list[Observation]:
         ctx = nin + 1.0 + (mid - tf) * rate
         prefilled = (tf > lo) & (tf <= hi)
         p_tokens = nin[prefilled]
+        firsts = np.sort(tf[prefilled])
+        gap = STEP_SHARE * span[i] / (nout[i] - 1)
+        p_steps = float(len(firsts) and 1 + np.count_nonzero(np.diff(firsts) >= gap))
         out.append(
             Observation(
                 duration_s=float(span[i]),
@@ -61,6 +67,7 @@ def decode_observations(records: Sequence[RequestRecord]) -> list[Observation]:
                 decode_seqs=float(decoded.sum()),
                 ctx_ktokens=float((decoded * ctx).sum()) / 1000.0,
                 prefill_kpairs=sum(attention_pairs(0, int(p)) for p in p_tokens) / 1000.0,
+                prefill_steps=p_steps,
             )
         )
     return out
@@ -87,6 +94,7 @@ def idle_observations(records: Sequence[RequestRecord]) -> list[Observation]:
                     ctx_ktokens=0.0,
                     prefill_kpairs=attention_pairs(0, n) / 1000.0,
                     overhead=1.0,
+                    prefill_steps=1.0,
                 )
             )
         busy_until = max(busy_until, r.t_end if np.isfinite(r.t_end) else r.t_last)
