@@ -86,6 +86,16 @@ def test_the_target_is_interpolated_with_headroom_and_rounded_down() -> None:
     assert target_load(pts, CONS, rate, 0.10) == 22.5
 
 
+def test_a_point_that_held_the_limit_but_not_the_headroom_starts_one_step_down() -> None:
+    rate = LoadAxis("rate", minimum=0.05, maximum=100)
+    s = System(ms_per_load=70.0)  # 980 ms at 14: within the 1 s limit, over 900 ms
+    one = search_points(s, [14])
+    assert target_load(one, CONS, rate, 0.10) == pytest.approx(0.85 * 14, abs=0.05)
+    # over the limit itself: half of it, as before
+    over = search_points(System(ms_per_load=80.0), [14])
+    assert target_load(over, CONS, rate, 0.10) == pytest.approx(7.0, abs=0.05)
+
+
 def test_confirms_at_the_target_with_the_full_sample_and_meets() -> None:
     s = System(ms_per_load=40.0)
     res = confirm(
