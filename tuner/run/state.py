@@ -9,6 +9,7 @@ A checkpoint (tuner/run/checkpoint.py) is this state right after a trial finishe
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -118,9 +119,13 @@ class RunState:
         return [t for t in [self.baseline, *self.trials] if t is not None]
 
     def best(self) -> TrialReport | None:
-        """The highest-scoring configuration that may be recommended."""
+        """The highest-scoring configuration that may be recommended; of equal scores, the one
+        with the most latency headroom at its highest load that held (``held_margin``): two
+        trials whose every point held at the same load score the same lower bound, and the
+        README command of 2026-12-06 08:14 then confirmed the first of them, whose TPOT there
+        was 1.8x the second's."""
         ok = [t for t in self.measured() if t.status == "ok" and not t.rejected]
-        return max(ok, key=lambda t: t.score_tokens_per_s or 0.0) if ok else None
+        return max(ok, key=lambda t: (t.score_tokens_per_s or 0.0, -held_margin(t))) if ok else None
 
     def add_samples(self, number: int, samples: Samples) -> None:
         """A point's samples join its trial's estimate, and the store, at once."""
@@ -145,3 +150,13 @@ class RunState:
 
     def trial_dir(self, number: int) -> Path:
         return self.out / "trials" / f"{number:03d}"
+
+
+def held_margin(t: TrialReport) -> float:
+    """The worst latency margin (probes.metrics.Verdict: over 0 breaks) of the trial's own
+    highest-load point that held; +inf where none did."""
+    held = [p for p in t.points if p.verdict.holds and not p.side_by_side]
+    if not held:
+        return math.inf
+    top = max(held, key=lambda p: max(p.load.values()))
+    return top.verdict.worst_margin
