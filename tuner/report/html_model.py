@@ -20,7 +20,12 @@ def model_figure(v: PredictionView) -> go.Figure | None:
     if not rows:
         return None
     fig = go.Figure()
-    shapes = (("calibrated", "circle"), ("probe", "square-open"), ("transferred", "diamond-open"))
+    shapes = (
+        ("calibrated", "circle"),
+        ("probe", "square-open"),
+        ("transferred", "diamond-open"),
+        ("roofline", "triangle-up-open"),
+    )
     for basis, symbol in shapes:
         sel = [p for p in rows if p.basis == basis]
         if not sel:

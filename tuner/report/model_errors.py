@@ -32,6 +32,6 @@ def model_errors(
 
 
 def errors_by_basis(trials: list[TrialReport]) -> dict[str, dict[str, dict[str, float]]]:
-    """``model_errors`` per basis of prediction (calibrated, transferred, probe)."""
+    """``model_errors`` per basis of prediction (calibrated, transferred, probe, roofline)."""
     found = sorted({t.predicted.basis for t in trials if t.predicted is not None})
     return {b: e for b in found if (e := model_errors(trials, (b,)))}

@@ -25,7 +25,7 @@ class PredictionRow(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     trial: int
-    basis: str  # calibrated | transferred | probe
+    basis: str  # calibrated | transferred | probe | roofline
     build_trials: list[int]
     predicted: float  # output tokens/s at the predicted capacity
     low: float

@@ -26,6 +26,7 @@ def _row(p: PredictionRow) -> str:
     basis = {
         "calibrated": f"calibrated on {', '.join(map(str, p.build_trials))}",
         "probe": "the probe's sweeps alone",
+        "roofline": "the probe's roofline (a quantised build not measured before)",
     }.get(p.basis, "transferred (a build not measured before)")
     return (
         f"| {p.trial} | {basis} | {p.predicted:.0f} [{p.low:.0f}-{hi}] | "

@@ -58,8 +58,9 @@ class PredictedReport(Strict):
     """The serving model's prediction for a trial, made before it was measured
     (tuner/search/guide.py), and what it predicted at the load the trial was then measured at."""
 
-    # its build's own fit, the nearest build's, or its build's fitted on the probe's sweeps alone
-    basis: Literal["calibrated", "transferred", "probe"]
+    # its build's own fit, the nearest build's, its build's fitted on the probe's sweeps alone,
+    # or the nearest build's scaled by the probe's roofline to a quantised build's bytes
+    basis: Literal["calibrated", "transferred", "probe", "roofline"]
     build_trials: list[int]  # the measured trials the step model was fitted on
     load: float | None  # the predicted capacity (None: no load meets the SLOs)
     load_low: float | None = None

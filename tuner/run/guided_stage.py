@@ -46,6 +46,11 @@ class GuidedStage:
             why = f"calibrated on trial(s) {', '.join(map(str, p.build_trials))}"
         elif p.basis == "probe":
             why = "calibrated on the probe's sweeps alone"
+        elif p.basis == "roofline":
+            why = (
+                f"a quantised build not measured yet ({self.guide.label(params)}), the nearest "
+                "measured one scaled by the probe's roofline: this measurement calibrates it"
+            )
         else:
             why = (
                 f"a build not measured yet ({self.guide.label(params)}), predicted from the "

@@ -4,10 +4,12 @@ starting an engine.
 The run's measured builds are fitted on their trials' records (tuner/search/calibration.py); the
 asked configuration is simulated with its own build's step model (``calibrated``) or, for a
 build the run never measured, with the nearest one's (``transferred``: the interval widens by
-the transfer spread). It is judged under the run's SLOs and load model, or the ones given, as a
-measured trial is (tuner/servemodel/predict.py). The evidence says what the prediction rests on:
-the builds measured, how far the asked build is from the nearest (knobs that differ), and
-where the asked scheduler knobs lie against the values the run measured.
+the transfer spread), scaled by the probe's roofline where the build differs only in its
+quantisation and the roofline can say (``roofline``, as wide: tuner/servemodel/roofline.py). It
+is judged under the run's SLOs and load model, or the ones given, as a measured trial is
+(tuner/servemodel/predict.py). The evidence says what the prediction rests on: the builds
+measured, how far the asked build is from the nearest (knobs that differ), and where the asked
+scheduler knobs lie against the values the run measured.
 """
 
 from __future__ import annotations
@@ -24,9 +26,10 @@ from tuner.report.schema import Report, TrialReport
 from tuner.search.calibration import Calibration, probe_points
 from tuner.servemodel.configs import build_label, kv_bytes_per_token, sim_knobs
 from tuner.servemodel.load import cycled
-from tuner.servemodel.predict import Basis, Prediction, mean_of, predict
+from tuner.servemodel.predict import Prediction, mean_of, predict
+from tuner.servemodel.roofline import roofline_of
 from tuner.servemodel.scheduler import SimulationError
-from tuner.servemodel.spreads import spread_for
+from tuner.servemodel.spreads import MEASURED_BASES, spread_for
 from tuner.spaces.space import SearchSpace, SpaceError, load_space, space_path
 from tuner.storage.records import read_records, records_path
 
@@ -64,7 +67,7 @@ class RunPrediction(Strict):
     params: dict[str, Any]
     workload: str
     load_model: Literal["rate", "concurrency"]
-    basis: Literal["calibrated", "transferred", "probe"]
+    basis: Literal["calibrated", "transferred", "probe", "roofline"]
     # {"rate_rps" | "concurrency": x, "output_tokens_per_s": y, "interval": {same keys: [lo, hi]}}
     capacity: dict[str, Any]
     at_capacity: dict[str, float | None]  # the simulated point closest under the capacity
@@ -145,15 +148,15 @@ def predict_from_run(
     pairs = _lengths(workload, trials, cal)
     the_slos = slos or _run_slos(report)
     errors = model_errors(trials)
-    basis: Basis = "transferred" if distance > 0 else "calibrated" if fit.trials else "probe"
-    measured = model_errors(trials, ("calibrated", "transferred"))
+    step, basis = cal.step_for(params, fit, roofline_of(probe), report.model_path or None)
+    measured = model_errors(trials, MEASURED_BASES)
     spread = spread_for(measured.get("capacity", {}).get("median"), basis)
     try:
         sk = sim_knobs(
             params, space, kv_bytes_per_token(report.model_path, params.get("kv_cache_dtype"))
         )
         p = predict(
-            fit.step,
+            step,
             sk,
             cycled(pairs),
             the_slos,

@@ -21,6 +21,8 @@ from probes.records import RequestRecord
 from tuner.report.schema import TrialReport
 from tuner.servemodel.calibrate import calibrate
 from tuner.servemodel.configs import build_label, build_of
+from tuner.servemodel.predict import Basis
+from tuner.servemodel.roofline import Roofline, roofline_step
 from tuner.servemodel.steptime import FitError, StepModel
 from tuner.spaces.space import SearchSpace
 from tuner.storage.records import read_records
@@ -176,3 +178,22 @@ class Calibration:
 
         best = min(self.fits.values(), key=lambda f: (distance(f), -max(f.trials, default=-1)))
         return best, distance(best)
+
+    def step_for(
+        self,
+        params: dict[str, Any],
+        fit: BuildFit,
+        roof: Roofline | None,
+        model_dir: str | None,
+    ) -> tuple[StepModel, Basis]:
+        """The step model ``params`` is predicted with (``fit``: its nearest build's), and its
+        kind: its build's own fit; for a quantised build not measured yet, the nearest build's
+        scaled by the probe's roofline ``roof`` where that can say (tuner/servemodel/roofline.py);
+        else the nearest build's as it is."""
+        if build_key(params, self.space) == build_key(fit.build, self.space):
+            return fit.step, "calibrated" if fit.trials else "probe"
+        if roof is not None:
+            scaled = roofline_step(fit.step, fit.build, params, self.space, roof, model_dir)
+            if scaled is not None:
+                return scaled, "roofline"
+        return fit.step, "transferred"

@@ -10,8 +10,11 @@ Every start of the engine costs minutes, so within a stage the serving model
   candidate with a ``calibrated`` prediction.
 - **Builds not measured yet** (the stage's hand-seeded candidates, then the best build with one
   build knob changed) are predicted with the nearest calibrated build's step model, unscaled,
-  and marked ``transferred``: the weaker kind, with ``TRANSFER_SPREAD`` in its interval. A
-  new build costs one measured configuration to calibrate, and the progress line says so.
+  and marked ``transferred``: the weaker kind, with ``TRANSFER_SPREAD`` in its interval; a
+  quantised build (one differing only in the quantisation stage's knobs) with that step model
+  scaled to its bytes by the probe's roofline where the probe can say (``roofline``, as weak:
+  tuner/servemodel/roofline.py). A new build costs one measured configuration to calibrate,
+  and the progress line says so.
 - **The choice**: the candidate with the highest expected gain over the best measured score
   (``expected_gain``: the prediction taken as normal, its model spread as the 90 % half-width),
   if that gain is at least ``MIN_GAIN`` of the tie band; otherwise the stage stops, with the
@@ -49,8 +52,9 @@ from tuner.servemodel.predict import (
     mean_of,
     predict,
 )
+from tuner.servemodel.roofline import roofline_of
 from tuner.servemodel.scheduler import SimulationError
-from tuner.servemodel.spreads import Basis, spread_for
+from tuner.servemodel.spreads import MEASURED_BASES, Basis, spread_for
 from tuner.servemodel.steptime import StepModel
 from tuner.spaces.knob import Knob
 from tuner.spaces.space import SearchSpace, Stage
@@ -150,7 +154,7 @@ class Guide:
     def spread(self, basis: Basis) -> Spread:
         """Spreads from the error measured on this run's trials (the probe-only predictions
         left out: theirs is a weaker kind, with a term of its own)."""
-        measured = model_errors(self.st.measured(), ("calibrated", "transferred"))
+        measured = model_errors(self.st.measured(), MEASURED_BASES)
         return spread_for(measured.get("capacity", {}).get("median"), basis)
 
     def predict(self, params: dict[str, Any], *, resamples: int = 100) -> Candidate | None:
@@ -173,13 +177,11 @@ class Guide:
     def _predict(
         self, params: dict[str, Any], fit: BuildFit, pairs: list[tuple[int, int]], resamples: int
     ) -> Candidate | None:
-        basis: Basis = "transferred"
-        if self._key(params) == self._key(fit.build):
-            basis = "calibrated" if fit.trials else "probe"
+        step, basis = self._step_for(params, fit)
         try:
             knobs = sim_knobs(params, self.space, self._kv_bytes(params))
             p = predict(
-                fit.step,
+                step,
                 knobs,
                 self._draw(pairs),
                 self.st.opts.slos,
@@ -197,7 +199,12 @@ class Guide:
         except (SimulationError, ValueError):
             return None
         self._screened.add(config_key(params))
-        return Candidate(params, p, p.basis, list(fit.trials) if basis != "transferred" else [])
+        own = basis in ("calibrated", "probe")
+        return Candidate(params, p, p.basis, list(fit.trials) if own else [])
+
+    def _step_for(self, params: dict[str, Any], fit: BuildFit) -> tuple[StepModel, Basis]:
+        roof = roofline_of(self.st.diagnosis)
+        return self.calibration.step_for(params, fit, roof, self.st.model_path or None)
 
     def _draw(self, pairs: list[tuple[int, int]]) -> Lengths:
         return cycled(pairs)
@@ -369,7 +376,7 @@ class Guide:
         if c is None:
             return None
         fit = self._nearest(params)
-        self._pending = fit.step if fit is not None else None
+        self._pending = self._step_for(params, fit)[0] if fit is not None else None
         return self.report(c)
 
     def after(self, t: TrialReport) -> None:

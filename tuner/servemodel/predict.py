@@ -41,7 +41,7 @@ RESOLUTION = 0.02  # bisection stops when the bracket is this narrow (relative)
 MIN_REQUESTS = 200
 MAX_REQUESTS = 1500
 CLOSED_REQUESTS_PER_CLIENT = 8
-Basis = Literal["calibrated", "transferred", "probe"]
+Basis = Literal["calibrated", "transferred", "probe", "roofline"]
 
 
 @dataclass(frozen=True)

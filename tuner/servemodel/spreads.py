@@ -8,6 +8,10 @@
 - ``TRANSFER_SPREAD``: added for a build predicted with another build's step model.
 - ``PROBE_SPREAD``: added for a build calibrated on the probe's sweeps alone: lone prompts and
   batches up to four times the user's load, extrapolated to the batches at capacity.
+- ``ROOFLINE_SPREAD``: added for a quantised build predicted with another build's step model
+  scaled by the probe's roofline (tuner/servemodel/roofline.py): as unsure as a transfer, since
+  what the roofline leaves out (the kernels' dequantising cost) is of the same size as what it
+  predicts.
 """
 
 from __future__ import annotations
@@ -20,6 +24,10 @@ RUN_TO_RUN = 0.08
 MODEL_SPREAD = 0.10
 TRANSFER_SPREAD = 0.30
 PROBE_SPREAD = 0.15
+ROOFLINE_SPREAD = 0.30
+# The kinds of prediction whose measured error is the run's model spread (the probe-only ones
+# are a weaker kind, with a term of their own).
+MEASURED_BASES: tuple[Basis, ...] = ("calibrated", "transferred", "roofline")
 
 
 def spread_for(model_error: float | None, basis: Basis) -> Spread:
@@ -31,4 +39,6 @@ def spread_for(model_error: float | None, basis: Basis) -> Spread:
         model = math.hypot(model, TRANSFER_SPREAD)
     elif basis == "probe":
         model = math.hypot(model, PROBE_SPREAD)
+    elif basis == "roofline":
+        model = math.hypot(model, ROOFLINE_SPREAD)
     return Spread(run_to_run=RUN_TO_RUN, model=model)

@@ -48,6 +48,9 @@ class Emit(BaseModel):
     json_: dict[str, dict[str, Scalar]] = Field(default={}, alias="json")
     requires: list[str] = []  # template keys (user paths, machine properties) it needs
     no_effect_log: str | None = None  # a log line that means the option did nothing
+    # bits per weight the option stores (a quantisation method): what the serving model's
+    # roofline predicts a build not measured yet with (tuner/servemodel/roofline.py)
+    weight_bits: int | None = Field(default=None, gt=0, le=32)
 
     @field_validator("no_effect_log")
     @classmethod
