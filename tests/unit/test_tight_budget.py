@@ -124,14 +124,21 @@ def test_without_room_at_the_end_the_baseline_stays_unconfirmed_and_no_gain_is_d
     assert "- Baseline not confirmed (time budget): " in md
     assert rec.search_score_tokens_per_s and report.baseline is not None
     ratio = rec.search_score_tokens_per_s / (report.baseline.score_tokens_per_s or 1.0)
-    # Every load the fake baseline was tried at held: its score is a lower bound, so each
-    # ratio over it is an upper one.
+    # Every load the fake baseline was tried at held, and every load trial 1 was: both scores
+    # are lower bounds, so the ratio says neither way.
     est = report.baseline.estimate
+    trial = next(t for t in report.trials if t.number == 1)
     assert est is not None and est.censored == "above"
-    assert f"(at most {ratio:.2f}x), not with the confirmed figure above" in md
+    assert trial.estimate is not None and trial.estimate.censored == "above"
+    assert f"(two lower bounds: {ratio:.2f}x), not with the confirmed figure above" in md
     assert "is a lower bound of its search" in md
-    assert f"| at most {ratio:.2f}x |" in md  # the stage table's "vs baseline"
-    # Bracketed, its score is an estimate, and the ratios are as measured.
+    assert f"| two lower bounds: {ratio:.2f}x |" in md  # the stage table's "vs baseline"
+    # The trial bracketed: a ratio over the baseline's lower bound is an upper one.
+    trial.estimate = trial.estimate.model_copy(update={"censored": "none"})
+    md = render_markdown(report)
+    assert f"(at most {ratio:.2f}x), not with the confirmed figure above" in md
+    assert f"| at most {ratio:.2f}x |" in md
+    # Both bracketed: estimates, and the ratios are as measured.
     report.baseline.estimate = est.model_copy(update={"censored": "none"})
     md = render_markdown(report)
     assert f"({ratio:.2f}x), not with the confirmed figure above" in md

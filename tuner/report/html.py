@@ -273,7 +273,11 @@ def waterfall_figure(v: ReportView) -> go.Figure:
             x=labels,
             y=[s.tokens_per_s for s in steps],
             marker={"color": ["#1a7f37" if s.label == "confirmed" else "#4c78a8" for s in steps]},
-            text=[f"{s.tokens_per_s:.0f}" for s in steps if s.tokens_per_s is not None],
+            text=[
+                f"{'≥' if s.lower_bound else ''}{s.tokens_per_s:.0f}"
+                for s in steps
+                if s.tokens_per_s is not None
+            ],
             textposition="outside",
             name="tokens/s",
             showlegend=False,

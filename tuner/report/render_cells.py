@@ -73,8 +73,23 @@ def speculative_text(t: TrialReport) -> str:
 def upto(reference: TrialReport) -> str:
     """``at most `` before a ratio over ``reference``'s score where that score is a lower
     bound (every load it was tried at held), else nothing."""
-    est = reference.estimate
-    return "at most " if est is not None and est.censored == "above" else ""
+    return "at most " if lower_bound(reference) else ""
+
+
+def lower_bound(t: TrialReport | None) -> bool:
+    """Whether ``t``'s score is a lower bound: every load it was tried at held."""
+    return t is not None and t.estimate is not None and t.estimate.censored == "above"
+
+
+def ratio_word(num: TrialReport | None, den: TrialReport | None) -> str:
+    """What the ratio of two search scores says where either is a lower bound: ``at least ``
+    (the numerator's is), ``at most `` (the denominator's), ``two lower bounds: `` (neither
+    way: the README command on the Xeon, 2026-12-06 10:08, showed an fp8 KV cache at 1.27x
+    the batching trial it started from, whose one point held and whose build the model put
+    as high), or nothing."""
+    up, down = lower_bound(num), lower_bound(den)
+    return {(True, True): "two lower bounds: ", (True, False): "at least ",
+            (False, True): "at most "}.get((up, down), "")  # fmt: skip
 
 
 def workload_sent_text(w: dict[str, Any]) -> str | None:

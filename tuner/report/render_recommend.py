@@ -10,6 +10,7 @@ from tuner.report.render_cells import (
     interval,
     lat,
     quality_text,
+    ratio_word,
     settings_text,
     shell_command,
     upto,
@@ -150,16 +151,17 @@ def _unconfirmed_baseline(r: Report) -> list[str]:
     if b is None or rec is None or rec.from_trial == 0 or b.score_tokens_per_s is None:
         return []
     searched, base = rec.search_score_tokens_per_s, b.score_tokens_per_s
-    at_most = upto(b)
+    trial = next((t for t in r.trials if t.number == rec.from_trial), None)
+    word = ratio_word(trial, b)
     which = (
         "a lower bound of its search (every load it was tried at held: the budget kept its "
         "time for the trials)"
-        if at_most
+        if upto(b)
         else "its search estimate, from short points, which run optimistic under open-loop arrivals"
     )
     return [
         f"- Baseline not confirmed (time budget): {base:.0f} tokens/s is {which}; "
         "compare it with the recommended configuration's search estimate"
-        + (f", {searched:.0f} tokens/s ({at_most}{searched / base:.2f}x)" if searched else "")
+        + (f", {searched:.0f} tokens/s ({word}{searched / base:.2f}x)" if searched else "")
         + ", not with the confirmed figure above"
     ]

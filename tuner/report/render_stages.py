@@ -76,14 +76,15 @@ def waterfall(r: Report) -> list[str]:
             )
         elif s.kind == "scored":
             score = s.tokens_per_s or 0.0
-            step = f"{s.step_gain:.2f}x" if s.step_gain is not None else "-"
-            bound = "at most " if s.vs_baseline_bound else ""
-            total = f"{bound}{s.vs_baseline:.2f}x" if s.vs_baseline is not None else "-"
+            step = "-" if s.step_gain is None else f"{s.step_gain_word}{s.step_gain:.2f}x"
+            total = "-" if s.vs_baseline is None else f"{s.vs_baseline_word}{s.vs_baseline:.2f}x"
             which = "baseline" if s.trial == 0 else f"trial {s.trial}"
             if s.note:
                 which += f" ({s.note})"
+            least = ">= " if s.lower_bound else ""
             out.append(
-                f"| {s.label} | {which} | {score:.0f} `{bar(score, top, 16)}` | {step} | {total} | "
+                f"| {s.label} | {which} | {least}{score:.0f} `{bar(score, top, 16)}` | {step} | "
+                f"{total} | "
                 f"{_lat(s.ttft_p50, s.ttft_p99)} | {_lat(s.tpot_p50, s.tpot_p99)} | "
                 f"{s.quality} | {s.speculative} |"
             )

@@ -25,7 +25,7 @@ from probes.diagnose import prefill_fit
 from probes.metrics import Dist, LoadMetrics
 from tuner.report.held_out_view import HeldOutView, held_out_view
 from tuner.report.prediction_view import PredictionView, prediction_view
-from tuner.report.render_cells import quality_text, speculative_text, upto
+from tuner.report.render_cells import lower_bound, quality_text, ratio_word, speculative_text
 from tuner.report.schema import Recommendation, Report, StageReport, TrialReport
 from tuner.report.text import load_text
 
@@ -74,9 +74,12 @@ class Step(View):
     # what the step is: a configuration's score, a stage skipped, a stage where nothing met
     # the SLOs, a baseline that meets them at no load, or the confirmed figure
     kind: Literal["scored", "skipped", "none", "no_load", "confirmed"] = "scored"
+    lower_bound: bool = False  # the score is a lower bound: every load tried held
     step_gain: float | None = None  # over the step before that had a score
+    # what the gain can say where a score is a lower bound (render_cells.ratio_word)
+    step_gain_word: str = ""
     vs_baseline: float | None = None  # over the baseline's score (confirmed: the claimed gain)
-    vs_baseline_bound: bool = False  # the baseline's score is a lower bound: "at most"
+    vs_baseline_word: str = ""
     quality: str = "-"
     speculative: str = "-"
     load: str | None = None  # the confirmed figure's load
@@ -226,7 +229,6 @@ def waterfall_steps(r: Report) -> list[Step]:
         return []
     by_number = {t.number: t for t in [r.baseline, *r.trials]}
     base = r.baseline.score_tokens_per_s
-    bound = upto(r.baseline) != ""
     rows: list[tuple[str, TrialReport | None, StageReport | None]] = [
         ("baseline", r.baseline, None)
     ]
@@ -235,7 +237,7 @@ def waterfall_steps(r: Report) -> list[Step]:
         for s in r.stages
     ]
     steps: list[Step] = []
-    prev, prev_number = base, None
+    prev, prev_number, prev_trial = base, None, r.baseline
     for label, t, s in rows:
         if s is not None and s.status == "skipped":
             steps.append(_step(label, None, f"skipped: {s.reason}", kind="skipped"))
@@ -252,13 +254,17 @@ def waterfall_steps(r: Report) -> list[Step]:
         steps.append(
             _step(
                 label, t, "unchanged: nothing better" if unchanged else "",
+                lower_bound=lower_bound(t),
                 step_gain=score / prev if prev else None,
-                vs_baseline=score / base if base else None, vs_baseline_bound=bound,
+                step_gain_word=ratio_word(t, prev_trial) if t is not prev_trial else "",
+                vs_baseline=score / base if base else None,
+                vs_baseline_word=ratio_word(t, r.baseline) if t.number != 0 else "",
                 quality=quality_text(t.quality), speculative=speculative_text(t),
             )
         )  # fmt: skip
         prev_number = t.number
-        prev = score or prev
+        if score:
+            prev, prev_trial = score, t
     rec = r.recommended
     if rec is not None:
         m = rec.metrics
