@@ -153,84 +153,87 @@ def run_diagnosis(
         reqs = prepare_requests(
             wl, n, model=served_model, tokenizer=tokenizer, seed=next(seeds), ignore_eos=ignore_eos
         )
-        with Neighbour(neighbour_pct):
-            res = run_load(client, reqs, concurrency=c)
+        res = run_load(client, reqs, concurrency=c)
         keep(name, res.records)
         return summarize(res.records, client_cpu_pct=res.client_cpu_pct)
 
-    # 1. Prefill: TTFT against prompt length, one request at a time.
-    limit = (max_model_len or 4096) - 16
-    lengths = sorted({min(n, limit) for n in (64, 256, 1024)} | {min(in_len, limit)})
-    prefill: list[SweepPoint] = []
-    if tokenizer is not None:
-        for i, n_tok in enumerate(lengths):
-            last = prefill[-1] if prefill else None
-            if i >= 2 and last is not None and last.ttft_ms_p50 is not None:
-                # TTFT grows at least in proportion to the prompt: skip the longer prompts
-                # where one request would take over PREFILL_MAX_S (emulated bf16 on an
-                # AVX2-only CPU: 25 s for 1,024 tokens, 76 s of the probe for 3 requests).
-                expect_s = last.ttft_ms_p50 / 1000 * n_tok / last.prompt_tokens
-                if expect_s > PREFILL_MAX_S:
-                    progress(
-                        f"probe: prefill of {', '.join(map(str, lengths[i:]))} tokens skipped "
-                        f"(about {expect_s:.0f} s a request or more)"
-                    )
-                    break
-            m = measure(SyntheticWorkload(input_len=n_tok, output_len=2), 3, 1, f"prefill-{n_tok}")
-            prefill.append(_point(m, n_tok, 2, 1))
-            progress(f"probe: prefill {n_tok:5d} tokens: TTFT p50 {m.ttft_ms.p50 or 0:.0f} ms")
-    rate = prefill_rate(prefill)
+    neighbour = Neighbour(neighbour_pct)  # one for every sweep, started once (not the roofline)
+    with neighbour:
+        # 1. Prefill: TTFT against prompt length, one request at a time.
+        limit = (max_model_len or 4096) - 16
+        lengths = sorted({min(n, limit) for n in (64, 256, 1024)} | {min(in_len, limit)})
+        prefill: list[SweepPoint] = []
+        if tokenizer is not None:
+            for i, n_tok in enumerate(lengths):
+                last = prefill[-1] if prefill else None
+                if i >= 2 and last is not None and last.ttft_ms_p50 is not None:
+                    # TTFT grows at least in proportion to the prompt: skip the longer prompts
+                    # where one request would take over PREFILL_MAX_S (emulated bf16 on an
+                    # AVX2-only CPU: 25 s for 1,024 tokens, 76 s of the probe for 3 requests).
+                    expect_s = last.ttft_ms_p50 / 1000 * n_tok / last.prompt_tokens
+                    if expect_s > PREFILL_MAX_S:
+                        progress(
+                            f"probe: prefill of {', '.join(map(str, lengths[i:]))} tokens skipped "
+                            f"(about {expect_s:.0f} s a request or more)"
+                        )
+                        break
+                m = measure(
+                    SyntheticWorkload(input_len=n_tok, output_len=2), 3, 1, f"prefill-{n_tok}"
+                )
+                prefill.append(_point(m, n_tok, 2, 1))
+                progress(f"probe: prefill {n_tok:5d} tokens: TTFT p50 {m.ttft_ms.p50 or 0:.0f} ms")
+        rate = prefill_rate(prefill)
 
-    # 2. Decode scaling with the user's lengths.
-    wl = (
-        workload
-        if not isinstance(workload, SyntheticWorkload)
-        else SyntheticWorkload(input_len=in_len, output_len=out_len)
-    )
-    load_c = max(1, load_concurrency)
-    concs = sorted({1, 4, load_c, BATCH_SWEEP_FACTOR * load_c})
-    decode: list[SweepPoint] = []
-    split_s: dict[str, float] | None = None
-    client_share = server_share = None
-    load_metrics: LoadMetrics | None = None
-    for c in concs:
-        before = _snap(client.base_url, series) if c == load_c else None
-        m = measure(wl, max(2 * c, 4), c, f"decode-c{c}")
-        decode.append(_point(m, in_len, out_len, c))
-        progress(
-            f"probe: decode at c={c:<3d} TPOT p50 {m.tpot_ms.p50 or 0:.1f} ms, "
-            f"{m.output_tokens_per_s:.0f} tokens/s"
+        # 2. Decode scaling with the user's lengths.
+        wl = (
+            workload
+            if not isinstance(workload, SyntheticWorkload)
+            else SyntheticWorkload(input_len=in_len, output_len=out_len)
         )
-        if c == 1 and c != load_c and enough(decode[-1]):
-            progress("probe: decode at larger batches skipped (one request alone says enough)")
-            break
-        if c == load_c:
-            load_metrics = m
-            # 3. The split at the user's load.
-            if m.e2e_ms.mean and m.ttft_ms.mean is not None:
-                client_share = m.ttft_ms.mean / m.e2e_ms.mean
-            after = _snap(client.base_url, series)
-            if before is not None and after is not None:
-                d = delta(before, after)
-                pre = d.get(series.prefill_time_sum or "") if series else None
-                dec = d.get(series.decode_time_sum or "") if series else None
-                if pre is not None and dec is not None and pre + dec > 0:
-                    split_s = {"prefill_s": pre, "decode_s": dec}
-                    server_share = pre / (pre + dec)
-
-    mixed: SweepPoint | None = None
-    if decode and decode[-1].concurrency > 1 and isinstance(wl, SyntheticWorkload):
-        c = decode[-1].concurrency
-        short = max(MIXED_MIN_OUTPUT, round(out_len * MIXED_OUTPUT_SHARE))
-        if short < out_len:
-            m = measure(
-                SyntheticWorkload(input_len=in_len, output_len=short), 4 * c, c, f"mixed-c{c}"
-            )
-            mixed = _point(m, in_len, short, c)
+        load_c = max(1, load_concurrency)
+        concs = sorted({1, 4, load_c, BATCH_SWEEP_FACTOR * load_c})
+        decode: list[SweepPoint] = []
+        split_s: dict[str, float] | None = None
+        client_share = server_share = None
+        load_metrics: LoadMetrics | None = None
+        for c in concs:
+            before = _snap(client.base_url, series) if c == load_c else None
+            m = measure(wl, max(2 * c, 4), c, f"decode-c{c}")
+            decode.append(_point(m, in_len, out_len, c))
             progress(
-                f"probe: mixed at c={c:<3d} ({short} output tokens) TTFT p50 "
-                f"{m.ttft_ms.p50 or 0:.0f} ms, TPOT p50 {m.tpot_ms.p50 or 0:.1f} ms"
+                f"probe: decode at c={c:<3d} TPOT p50 {m.tpot_ms.p50 or 0:.1f} ms, "
+                f"{m.output_tokens_per_s:.0f} tokens/s"
             )
+            if c == 1 and c != load_c and enough(decode[-1]):
+                progress("probe: decode at larger batches skipped (one request alone says enough)")
+                break
+            if c == load_c:
+                load_metrics = m
+                # 3. The split at the user's load.
+                if m.e2e_ms.mean and m.ttft_ms.mean is not None:
+                    client_share = m.ttft_ms.mean / m.e2e_ms.mean
+                after = _snap(client.base_url, series)
+                if before is not None and after is not None:
+                    d = delta(before, after)
+                    pre = d.get(series.prefill_time_sum or "") if series else None
+                    dec = d.get(series.decode_time_sum or "") if series else None
+                    if pre is not None and dec is not None and pre + dec > 0:
+                        split_s = {"prefill_s": pre, "decode_s": dec}
+                        server_share = pre / (pre + dec)
+
+        mixed: SweepPoint | None = None
+        if decode and decode[-1].concurrency > 1 and isinstance(wl, SyntheticWorkload):
+            c = decode[-1].concurrency
+            short = max(MIXED_MIN_OUTPUT, round(out_len * MIXED_OUTPUT_SHARE))
+            if short < out_len:
+                m = measure(
+                    SyntheticWorkload(input_len=in_len, output_len=short), 4 * c, c, f"mixed-c{c}"
+                )
+                mixed = _point(m, in_len, short, c)
+                progress(
+                    f"probe: mixed at c={c:<3d} ({short} output tokens) TTFT p50 "
+                    f"{m.ttft_ms.p50 or 0:.0f} ms, TPOT p50 {m.tpot_ms.p50 or 0:.1f} ms"
+                )
 
     # 4. Roofline.
     size = model_size(model_dir) if model_dir else None

@@ -63,13 +63,15 @@ AUTO_NEIGHBOUR_PCT = 8.0
 SMALL_MACHINE_CORES = 2
 
 
-def auto_neighbour(launches: bool, cores: int) -> tuple[float, str | None]:
+def auto_neighbour(
+    launches: bool, cores: int, measured: str = "every point is"
+) -> tuple[float, str | None]:
     """The CPU neighbour ``--neighbour-cpu auto`` decides, and the line that says why (None:
-    none)."""
+    none); ``measured`` names what is measured beside it ("every point is", "the probe is")."""
     if not launches or cores > SMALL_MACHINE_CORES:
         return 0.0, None
     return AUTO_NEIGHBOUR_PCT, (
-        f"neighbour: every point is measured beside a process burning {AUTO_NEIGHBOUR_PCT:g} % of "
+        f"neighbour: {measured} measured beside a process burning {AUTO_NEIGHBOUR_PCT:g} % of "
         f"one core (a {cores}-core machine: about what vLLM's own benchmark client costs the "
         "server, so the claim holds when checked with it; --neighbour-cpu 0 turns it off)"
     )

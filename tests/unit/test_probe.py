@@ -316,7 +316,8 @@ def test_every_sweep_point_is_measured_beside_the_neighbour(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The serving model is calibrated on the sweeps and checked against load points measured
-    beside the run's CPU neighbour: the sweeps run beside it too, each point inside it."""
+    beside the run's CPU neighbour: the sweeps run beside it too, every point inside the one
+    neighbour started before the first and stopped after the last (the roofline after it)."""
     import probes.diagnose as diagnose
 
     events: list[str] = []
@@ -338,7 +339,7 @@ def test_every_sweep_point_is_measured_beside_the_neighbour(
     _fake_diagnosis(8, neighbour_pct=8.0, keep=keep)
     points = [e for e in events if e not in ("on 8", "off")]
     assert len(points) == 9  # 4 prefill lengths, 4 decode batches, the mixed point
-    assert events == [e for p in points for e in ("on 8", "off", p)]
+    assert events == ["on 8", *points, "off"]
 
 
 def test_verdict_emulated_bf16_expects_batching_to_pay_off_through_float32() -> None:

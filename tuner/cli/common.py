@@ -3,6 +3,8 @@ summary, or --json's object, and its exit code)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
@@ -15,6 +17,16 @@ if TYPE_CHECKING:
 def fail(msg: str, code: int = 2) -> NoReturn:
     typer.echo(f"autotune: error: {msg}", err=True)
     raise typer.Exit(code)
+
+
+@contextmanager
+def refused(*errors: type[Exception]) -> Iterator[None]:
+    """A check or parse inside: any of ``errors`` it raises is the input's fault, and becomes
+    ``fail``'s one line and exit 2 before anything starts."""
+    try:
+        yield
+    except errors as exc:
+        fail(str(exc))
 
 
 def finish(report: Report, out_dir: Path, as_json: bool = False) -> None:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Annotated, Literal
 
 import typer
 
-from tuner.cli.common import fail, finish
+from tuner.cli.common import fail, finish, refused
 from tuner.options import (
     AUTO_NEIGHBOUR_PCT,
     DEFAULT_SLO,
@@ -254,15 +254,13 @@ def tune_cmd(
         typer.echo(
             f"autotune: no --slo given; using the default {DEFAULT_SLO} (p99 TTFT <= 2 s)", err=True
         )
-    try:
+    with refused(SLOError, WorkloadError, ValueError):
         slos = parse_slos(slo or [DEFAULT_SLO])
         wl = parse_workload(workload)
         checks = [_check_workload(w, parse_workload) for w in check_workload]
         budget_s = parse_duration(time_budget) if time_budget else None
         startup_s = parse_duration(startup_timeout)
         request_s = parse_duration(request_timeout)
-    except (SLOError, WorkloadError, ValueError) as exc:
-        fail(str(exc))
     headroom_frac = _percent("--headroom", headroom, "10%") / 100.0
     margin_frac = _percent("--load-margin", load_margin, "15%") / 100.0
     neighbour_pct = (
@@ -313,10 +311,8 @@ def tune_cmd(
         )
     except ValidationError as exc:
         fail(problem(exc))
-    try:
+    with refused(ValueError):
         check_engine(engine)
-    except ValueError as exc:
-        fail(str(exc))
     from tuner.run.progress import Display
 
     _run_tuning(lambda: api.tune(opts, Display()), as_json)

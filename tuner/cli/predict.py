@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from tuner.cli.common import fail
+from tuner.cli.common import refused
 from tuner.options import check_load
 
 
@@ -40,21 +40,15 @@ def predict_cmd(
     from tuner.runs.predict_run import PredictError, predict_from_run
     from tuner.runs.probe_run import ProbeError, parse_params
 
-    try:
+    with refused(ValueError):
         if load is not None:
             check_load(load)
-    except ValueError as exc:
-        fail(str(exc))
-    try:
+    with refused(ProbeError, SLOError, WorkloadError):
         params = parse_params(param)
         wl = parse_workload(workload) if workload else None
         slos = parse_slos(slo) if slo else None
-    except (ProbeError, SLOError, WorkloadError) as exc:
-        fail(str(exc))
-    try:
+    with refused(PredictError):
         result = predict_from_run(run_dir, params, workload=wl, slos=slos, load_model=load)
-    except PredictError as exc:
-        fail(str(exc))
     if as_json:
         typer.echo(json.dumps(result.model_dump(mode="json")))
         return

@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from tuner.cli.common import fail
+from tuner.cli.common import fail, refused
 from tuner.options import (
     DEFAULT_WORKLOAD,
     PROBE_REQUESTS,
@@ -87,7 +87,7 @@ def probe_cmd(
     from probes.slo import SLOError, parse_slos
     from probes.workload import WorkloadError, parse_workload
 
-    try:
+    with refused(ValueError):
         check_probe(
             model=model,
             endpoint=endpoint,
@@ -97,13 +97,9 @@ def probe_cmd(
             warmup=warmup,
             params=param,
         )
-    except ValueError as exc:
-        fail(str(exc))
-    try:
+    with refused(WorkloadError, SLOError):
         wl = parse_workload(workload)
         slos = parse_slos(slo) if slo else None
-    except (WorkloadError, SLOError) as exc:
-        fail(str(exc))
     from tuner.report.render_probe import render_probe
 
     # SIGTERM runs Ctrl-C's clean-up while the command runs; the caller's handler comes back

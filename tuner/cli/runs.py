@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from tuner.cli.common import fail, finish
+from tuner.cli.common import finish, refused
 from tuner.options import REPORT_FORMATS, RESULTS, check_compare, check_report
 
 
@@ -46,7 +46,7 @@ def report_cmd(
     from tuner import api
 
     formats = {f.strip() for f in fmt.split(",") if f.strip()}
-    try:
+    with refused(ValueError):
         check_report(
             fmt=fmt,
             formats=formats,
@@ -56,21 +56,15 @@ def report_cmd(
             slo=slo,
             max_error_rate=max_error_rate,
         )
-    except ValueError as exc:
-        fail(str(exc))
     if storage is not None:
         assert study is not None
-        try:
+        with refused(api.UserError):
             report, folder = api.shared_report(storage, study, output)
-        except api.UserError as exc:
-            fail(str(exc))
         finish(report, folder)
         return
     assert run_dir is not None
-    try:
+    with refused(api.UserError):
         report, folder = api.render_run(run_dir, slo, max_error_rate, formats)
-    except api.UserError as exc:
-        fail(str(exc))
     from tuner.report.render import render_summary
     from tuner.report.render_rescore import render_rescore_summary
 
@@ -110,14 +104,10 @@ def compare_cmd(
     from tuner.runs.compare_runs import CompareError, compare, parse_prices
     from tuner.runs.rescore import RescoreError
 
-    try:
+    with refused(ValueError):
         check_compare(run_dirs)
-    except ValueError as exc:
-        fail(str(exc))
-    try:  # a folder of neither kind is refused there, before anything is read
+    with refused(CompareError, RescoreError):  # a folder of neither kind is refused there
         result = compare(run_dirs, parse_prices(price))
-    except (CompareError, RescoreError) as exc:
-        fail(str(exc))
     folder = output or RESULTS / time.strftime("compare-%Y%m%d-%H%M%S")
     md = render_markdown(result)
     write_atomic(folder / "compare.md", md.encode())

@@ -20,6 +20,7 @@ from __future__ import annotations
 import random
 from typing import TYPE_CHECKING, Any
 
+from tuner.run.state import FINDINGS
 from tuner.storage.store import Checkpoint, RunStore
 
 if TYPE_CHECKING:
@@ -53,16 +54,7 @@ def snapshot(st: RunState, trial: TrialReport) -> Checkpoint:
         stage=trial.stage,
         params=trial.params,
         trial=trial,
-        baseline=st.baseline,
-        trials=st.trials,
-        stage_reports=st.stage_reports,
-        comparisons=st.comparisons,
-        baseline_confirmed=st.baseline_confirmed,
-        trial_confirmed=st.trial_confirmed,
-        displaced_confirmed=st.displaced_confirmed,
-        notes=st.notes,
-        diagnosis=st.diagnosis,
-        probe_s=st.probe_s,
+        **{name: getattr(st, name) for name in FINDINGS},
         quality_ref=st.quality.ref,
         quality_ref_error=st.quality.ref_error,
         greedy=st.exactness.greedy,

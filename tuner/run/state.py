@@ -4,7 +4,9 @@ A ``RunState`` holds the options, the load axis, the clock and budget, the store
 been measured so far (the baseline, the trials, the stages' reports, the comparisons, the
 recommendation, the notes). Trial records are written by tuner/run/trial.py only; the other steps
 read them, and add their own results (a stage report, a comparison, a recommendation) here.
-A checkpoint (tuner/run/checkpoint.py) is this state right after a trial finished.
+A checkpoint (tuner/run/checkpoint.py) is this state right after a trial finished. Its fields
+are declared by concern: ``Target`` (what is tuned), ``Findings`` (what the run has found,
+what a checkpoint keeps), and the run's set-up in ``RunState`` itself.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -30,7 +32,6 @@ from tuner.report.schema import (
     TrialReport,
 )
 from tuner.run.budget import Budget, PhaseTimes
-from tuner.run.checkpoint import Replay
 from tuner.run.gates import ExactnessGate, QualityGate
 from tuner.run.measure import PointMeasurer
 from tuner.run.progress import Doing
@@ -40,16 +41,53 @@ from tuner.scoring.estimate import CapacityEstimate, Constraint, Samples, estima
 from tuner.spaces.space import SearchSpace, Stage
 from tuner.storage.store import RunMeta, RunStore
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the checkpoint reads FINDINGS from here
+    from tuner.run.checkpoint import Replay
     from tuner.storage.shared import SharedStudy
 
 Say = Callable[[str], None]
 
 
-@dataclass
-class RunState:
-    """One run's state (see the module docstring). The fields under "Prepared" are set when
-    the run is prepared (the target resolved, the client built)."""
+@dataclass(kw_only=True)
+class Target:
+    """What is tuned, once the run is prepared (the target resolved, the client built)."""
+
+    space: SearchSpace | None = None
+    ctx: dict[str, Any] = field(default_factory=dict)
+    model_path: str = ""
+    tokenizer: Tokenizer | None = None
+    client: LoadClient | None = None
+    measurer: PointMeasurer | None = None
+    launches: bool = True
+
+
+@dataclass(kw_only=True)
+class Findings:
+    """What the run has found so far, each field under the name a checkpoint keeps it by
+    (tuner/storage/store.py ``Checkpoint``; tuner/run/checkpoint.py saves and restores them
+    together)."""
+
+    baseline: TrialReport | None = None
+    trials: list[TrialReport] = field(default_factory=list)
+    stage_reports: list[StageReport] = field(default_factory=list)
+    comparisons: list[ComparisonReport] = field(default_factory=list)
+    baseline_confirmed: Recommendation | None = None
+    # A trial confirmed on its own server after its search (the budget held no restart):
+    trial_confirmed: Recommendation | None = None
+    # The one it replaced: a later trial led by a little and was confirmed in its place.
+    displaced_confirmed: Recommendation | None = None
+    notes: list[str] = field(default_factory=list)
+    diagnosis: Diagnosis | None = None
+    probe_s: float = 0.0
+
+
+FINDINGS = tuple(f.name for f in fields(Findings))
+
+
+@dataclass(kw_only=True)
+class RunState(Target, Findings):
+    """One run's state (see the module docstring): how the run is set up (below), what is
+    tuned (``Target``), what it has found (``Findings``), and what the end of the run adds."""
 
     opts: TuneOptions
     say: Say
@@ -70,30 +108,9 @@ class RunState:
     meta: RunMeta | None = None
     replay: Replay | None = None
     shared: SharedStudy | None = None  # --storage: the study several workers share
-    # Prepared:
-    space: SearchSpace | None = None
-    ctx: dict[str, Any] = field(default_factory=dict)
-    model_path: str = ""
-    tokenizer: Tokenizer | None = None
-    client: LoadClient | None = None
-    measurer: PointMeasurer | None = None
-    launches: bool = True
-    # Measured:
-    samples: dict[int, list[Samples]] = field(default_factory=dict)
-    baseline: TrialReport | None = None
-    trials: list[TrialReport] = field(default_factory=list)
-    stage_reports: list[StageReport] = field(default_factory=list)
-    comparisons: list[ComparisonReport] = field(default_factory=list)
-    baseline_confirmed: Recommendation | None = None
-    # A trial confirmed on its own server after its search (the budget held no restart):
-    trial_confirmed: Recommendation | None = None
-    # The one it replaced: a later trial led by a little and was confirmed in its place.
-    displaced_confirmed: Recommendation | None = None
+    samples: dict[int, list[Samples]] = field(default_factory=dict)  # per trial, its points'
     recommended: Recommendation | None = None
     held_out: list[HeldOutReport] = field(default_factory=list)  # --check-workload (held_out.py)
-    notes: list[str] = field(default_factory=list)
-    diagnosis: Diagnosis | None = None
-    probe_s: float = 0.0
     screened: int = 0  # configurations the serving model predicted (tuner/search/guide.py)
 
     @property

@@ -54,7 +54,7 @@ from tuner.engines.base import Engine, EngineStartError, LaunchSpec, ServerProce
 from tuner.engines.endpoint import EndpointEngine, EndpointError, attach
 from tuner.engines.hardware import Hardware, detect_hardware, template_context
 from tuner.engines.models import ModelError, load_tokenizer, resolve_model
-from tuner.options import auto_neighbour
+from tuner.options import PROBE_REQUESTS, PROBE_WARMUP, RESULTS, auto_neighbour, default
 from tuner.report.schema import dump_json, write_atomic
 from tuner.scoring.judge import judge_point
 from tuner.spaces.launch import launch_settings
@@ -226,14 +226,14 @@ def probe(
     served_model: str | None = None,
     concurrency: int | None = None,
     rate_rps: float | None = None,
-    requests: int = 200,
-    warmup: int = 8,
+    requests: int = PROBE_REQUESTS,
+    warmup: int = PROBE_WARMUP,
     tokenizer: str | None = None,
     diagnose: bool = False,
-    out_dir: Path = Path("results") / "probe",
+    out_dir: Path = RESULTS / "probe",
     seed: int | None = None,
     slos: SLOSet | None = None,
-    max_error_rate: float = 0.01,
+    max_error_rate: float = default("max_error_rate"),
     grow: bool = True,
     progress: Callable[[str], None] = lambda m: None,
     neighbour_pct: float | None = None,
@@ -268,9 +268,10 @@ def probe(
         tok = _tokenizer(tokenizer or launch[1]) if built else _tokenizer(tokenizer)
         _check_buildable(workload, tok)
     if neighbour_pct is None:
-        neighbour_pct, why = auto_neighbour(launch is not None, len(os.sched_getaffinity(0)))
+        cores = len(os.sched_getaffinity(0))
+        neighbour_pct, why = auto_neighbour(launch is not None, cores, "the probe is")
         if why:
-            progress(why.replace("every point is", "the probe is"))
+            progress(why)
     out_dir.mkdir(parents=True, exist_ok=True)
     with _server(launch, endpoint, served_model, out_dir, progress) as (
         url,

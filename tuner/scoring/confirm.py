@@ -35,7 +35,7 @@ from typing import Any, Protocol
 
 from probes.metrics import LoadMetrics, Verdict
 from tuner.scoring.capacity import LoadAxis
-from tuner.scoring.estimate import Constraint, Samples, estimate
+from tuner.scoring.estimate import CapacityEstimate, Constraint, Samples, estimate
 
 STEP_DOWN_FLOOR = 0.85  # the lowest fraction of a missed load the next try goes to
 # A try up must aim at least this much above the highest load that met the SLOs: a smaller
@@ -99,14 +99,14 @@ def target_load(
     est = estimate(points, cons, level=-headroom, resamples=0)
     if est is None:
         return axis.minimum
+    at_limit = estimate(points, cons, level=0.0, resamples=0)
+    cap = _ceiling_of(at_limit, load_margin)
     if est.censored == "below":
-        at_limit = estimate(points, cons, level=0.0, resamples=0)
         if at_limit is not None and at_limit.censored != "below" and at_limit.load is not None:
-            cap = ceiling(points, cons, load_margin)
             return axis.floor(min(STEP_DOWN_FLOOR * at_limit.load, cap))
         return axis.floor(min(p.load for p in points) / 2)
     assert est.load is not None
-    return axis.floor(min(est.load, ceiling(points, cons, load_margin)))
+    return axis.floor(min(est.load, cap))
 
 
 def ceiling(points: Sequence[Samples], cons: Sequence[Constraint], load_margin: float) -> float:
@@ -114,10 +114,14 @@ def ceiling(points: Sequence[Samples], cons: Sequence[Constraint], load_margin: 
     there is no margin, or the crossing lies past every load measured."""
     if load_margin <= 0:
         return math.inf
-    est = estimate(points, cons, level=0.0, resamples=0)
-    if est is None or est.censored != "none" or est.load is None:
+    return _ceiling_of(estimate(points, cons, level=0.0, resamples=0), load_margin)
+
+
+def _ceiling_of(at_limit: CapacityEstimate | None, load_margin: float) -> float:
+    """``ceiling`` from the limit-level estimate already made."""
+    if load_margin <= 0 or at_limit is None or at_limit.censored != "none" or at_limit.load is None:
         return math.inf
-    return (1.0 - load_margin) * est.load
+    return (1.0 - load_margin) * at_limit.load
 
 
 def confirm(
