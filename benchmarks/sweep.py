@@ -189,6 +189,20 @@ class VLLMClient:
             f" SLOs {slos}; error rate <= {self.max_err:.1%}"
         )
 
+    def dataset_args(self, n: int, seed: int, d: Path, name: str) -> list[str]:
+        """What vLLM's client sends in a call of ``n`` prompts: random prompts of the workload's
+        lengths (a subclass may send another dataset: benchmarks/held_out.py)."""
+        return [
+            "--dataset-name",
+            "random",
+            "--random-input-len",
+            str(self.input_len),
+            "--random-output-len",
+            str(self.output_len),
+            "--random-range-ratio",
+            f"{self.spread:g}",
+        ]
+
     def run(self, url: str, model: str, load: Result, n: int, d: Path, name: str) -> Result:
         """One call of vLLM's client at ``load`` ({"concurrency": N} or {"rate_rps": R}).
 
@@ -199,16 +213,14 @@ class VLLMClient:
         lm, x = model_of(load)
         seed = self.rng.randrange(1, 2**31)
         cmd = [sys.executable, str(CLIENT), "--base-url", url, "--model", model]
-        cmd += ["--tokenizer", self.tokenizer, "--dataset-name", "random", "--ignore-eos"]
-        cmd += ["--random-input-len", str(self.input_len)]
-        cmd += ["--random-output-len", str(self.output_len)]
-        cmd += ["--random-range-ratio", f"{self.spread:g}", "--num-prompts", str(n)]
+        cmd += ["--tokenizer", self.tokenizer, "--ignore-eos", "--num-prompts", str(n)]
+        d.mkdir(parents=True, exist_ok=True)
+        cmd += self.dataset_args(n, seed, d, name)
         cmd += ["--seed", str(seed), "--percentile-metrics", "ttft,tpot,itl,e2el"]
         cmd += ["--metric-percentiles", ",".join(map(str, self.pcts)), "--disable-tqdm"]
         cmd += ["--save-result", "--save-detailed", "--result-dir", str(d)]
         cmd += ["--result-filename", f"{name}.json"]
         cmd += [lm.flag, lm.show(x)]
-        d.mkdir(parents=True, exist_ok=True)
         # The server is not reaped while the client runs, so the change in the children's
         # rusage is the client's own CPU time (its subprocesses included).
         ru0, t0 = resource.getrusage(resource.RUSAGE_CHILDREN), time.monotonic()

@@ -1,0 +1,78 @@
+"""benchmarks/held_out.py: the shapes it sends through vLLM's client as a ``custom`` dataset
+(exact token counts by the embedded default's tokenizer, the shared prefixes, the bursts), and
+the shapes it refuses."""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+
+from held_out import SHAPES, ShapedClient, parse_shapes
+
+from tests.unit.real_tokenizer import smollm2
+
+SLOS = [{"metric": "ttft", "percentile": 99, "limit_ms": 2000.0}]
+
+
+def _client(name: str) -> ShapedClient:
+    wl = parse_shapes([f"{name}={SHAPES[name]}"])[name]
+    return ShapedClient(wl, smollm2(), tokenizer="t", input_len=128, output_len=64, slos=SLOS)
+
+
+def _lines(client: ShapedClient, tmp_path: Path, n: int, seed: int) -> tuple[list[dict], list]:
+    args = client.dataset_args(n, seed, tmp_path, f"p{seed}")
+    path = Path(args[args.index("--dataset-path") + 1])
+    assert args[args.index("--dataset-name") + 1] == "custom"
+    assert args[args.index("--custom-output-len") + 1] == "-1"  # each line's own output
+    lines = [json.loads(x) for x in path.read_text().splitlines()]
+    return lines, args
+
+
+def test_heavy_tailed_lengths_are_exact_in_the_models_tokens(tmp_path: Path) -> None:
+    lines, args = _lines(_client("heavy"), tmp_path, 200, seed=3)
+    assert len(lines) == 200 and "--burstiness" not in args
+    tok = smollm2()
+    inputs = [len(tok(x["prompt"], add_special_tokens=False).input_ids) for x in lines]
+    outputs = [x["output_tokens"] for x in lines]
+    # lognormal of mean 128 (p99 512) and 64 (p99 256): a tail, and means near the asked
+    assert max(inputs) > 2 * 128 and min(inputs) < 128
+    assert statistics.mean(inputs) == pytest.approx(128, rel=0.25)
+    assert statistics.mean(outputs) == pytest.approx(64, rel=0.25)
+    assert max(outputs) > 2 * 64
+
+
+def test_shared_prefixes_and_fresh_prompts_every_call(tmp_path: Path) -> None:
+    client = _client("prefix")
+    a, _ = _lines(client, tmp_path, 50, seed=1)
+    b, _ = _lines(client, tmp_path, 50, seed=2)
+    tok = smollm2()
+    ids = [tok(x["prompt"], add_special_tokens=False).input_ids for x in a]
+    assert all(len(i) == 384 for i in ids)
+    heads = [tuple(i[:200]) for i in ids]
+    shared = [h for h in set(heads) if heads.count(h) > 1]
+    assert 1 <= len(shared) <= 4  # the system prompts, each shared by several requests
+    assert sum(heads.count(h) for h in shared) >= 0.5 * len(ids)
+    assert not {x["prompt"] for x in a} & {x["prompt"] for x in b}  # a fresh call, fresh prompts
+
+
+def test_bursts_are_vllms_burstiness(tmp_path: Path) -> None:
+    _, args = _lines(_client("bursty"), tmp_path, 10, seed=1)
+    assert float(args[args.index("--burstiness") + 1]) == pytest.approx(0.25)  # 1 / cv^2
+
+
+def test_shapes_it_cannot_send_are_refused(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="NAME=WORKLOAD"):
+        parse_shapes(["heavy"])
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"prompt": "hello"}\n')
+    with pytest.raises(ValueError, match="synthetic"):
+        parse_shapes([f"file={prompts}"])
+    with pytest.raises(ValueError, match="turns"):
+        parse_shapes(["chat=synthetic:input=64,output=16,turns=3"])
+    assert set(parse_shapes(None)) == set(SHAPES)
