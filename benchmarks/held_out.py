@@ -206,13 +206,15 @@ def main() -> int:
             sweep=False,
         )
     summary = summarize(found, list(clients))
-    write_atomic(out / "held_out.json", json.dumps({"report": str(args.report), **summary}))
+    text = json.dumps({"report": str(args.report), **summary}, indent=1)
+    write_atomic(out / "held_out.json", text.encode())
     return 0
 
 
 def summarize(found: dict[str, Result], names: list[str]) -> Result:
     """Each workload's capacities and the gain (recommended / defaults, output tokens/s)."""
-    rows = {}
+    rows: dict[str, Result] = {}
+    gains: dict[str, float | None] = {}
     print(f"\n{'workload':>9} {'defaults tok/s':>15} {'recommended':>12} {'gain':>6}")
     for name in names:
         d = (found["defaults"].get("then") or {}).get(name) or {}
@@ -220,8 +222,9 @@ def summarize(found: dict[str, Result], names: list[str]) -> Result:
         a, b = d.get("score_tokens_per_s"), r.get("score_tokens_per_s")
         gain = b / a if a and b else None
         rows[name] = {"defaults": d, "recommended": r, "gain": gain}
+        gains[name] = gain
         print(f"{name:>9} {fmt(a, '.1f'):>15} {fmt(b, '.1f'):>12} {fmt(gain, '.2f'):>6}")
-    losses = [n for n, row in rows.items() if row["gain"] is not None and row["gain"] < 1]
+    losses = [n for n, g in gains.items() if g is not None and g < 1]
     if losses:
         print(f"the recommendation loses to vLLM's defaults on: {', '.join(losses)}")
     return {"workloads": rows, "starts": {k: v.get("startup_s") for k, v in found.items()}}
