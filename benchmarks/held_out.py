@@ -34,6 +34,7 @@ and vLLM's client logs and results per configuration and shape.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import sys
 import time
@@ -151,6 +152,10 @@ def main() -> int:
     p.add_argument("--startup-timeout", type=float, default=400.0)
     p.add_argument("--client-timeout", type=float, default=1800.0)
     args = p.parse_args()
+    if importlib.util.find_spec("pandas") is None:
+        # vLLM's client reads a custom dataset with pandas, an optional dependency of vLLM's:
+        # without it every call exits with no result (2026-12-06).
+        p.error("vLLM's client reads its custom dataset with pandas: .venv/bin/pip install pandas")
     report = read_report(p, args.report)
     if report.get("load", {}).get("model") != "rate":
         p.error("the run's load model must be the open loop (rate): a shape's bursts are arrivals")
