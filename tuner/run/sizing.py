@@ -13,6 +13,7 @@ import statistics
 
 from tuner.report.schema import TrialReport
 from tuner.run import share
+from tuner.run.quality_paid import unpaid_reason
 from tuner.run.state import RunState
 from tuner.scoring.capacity import bracketed
 
@@ -293,6 +294,8 @@ def confirm_in_place(st: RunState, trial: TrialReport, best: TrialReport | None)
     start and a try). A fresh start would then only take from the confirmation's tries."""
     if trial.status != "ok" or trial.rejected or trial.score_tokens_per_s is None:
         return False
+    if unpaid_reason(trial, st.measured(), st.opts.tie_band):
+        return False  # it does not lead: its quality cost is not paid (quality_paid.py)
     if best is not None and trial.score_tokens_per_s < (best.score_tokens_per_s or 0.0):
         return False
     return (

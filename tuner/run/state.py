@@ -35,6 +35,7 @@ from tuner.run.budget import Budget, PhaseTimes
 from tuner.run.gates import ExactnessGate, QualityGate
 from tuner.run.measure import PointMeasurer
 from tuner.run.progress import Doing
+from tuner.run.quality_paid import may_lead
 from tuner.scoring.capacity import LoadAxis
 from tuner.scoring.compare import ComparisonReport
 from tuner.scoring.estimate import CapacityEstimate, Constraint, Samples, estimate
@@ -141,7 +142,7 @@ class RunState(Target, Findings):
         trials whose every point held at the same load score the same lower bound, and the
         README command of 2026-12-06 08:14 then confirmed the first of them, whose TPOT there
         was 1.8x the second's."""
-        ok = [t for t in self.measured() if t.status == "ok" and not t.rejected]
+        ok = may_lead(self.measured(), self.opts.tie_band)  # a quality cost paid by its gain
         return max(ok, key=lambda t: (t.score_tokens_per_s or 0.0, -held_margin(t))) if ok else None
 
     def add_samples(self, number: int, samples: Samples) -> None:

@@ -37,6 +37,7 @@ from tuner.run import (
 )
 from tuner.run.gate_steps import GateSteps
 from tuner.run.measure import point_line
+from tuner.run.quality_paid import unpaid_reason
 from tuner.run.scoring import abandon_reason, under_capacity
 from tuner.run.scoring import describe as describe_estimate
 from tuner.run.stall import StallRule
@@ -244,6 +245,9 @@ class Evaluator:
             st.say(f"{label}: not recommendable: {trial.rejected}")
         elif trial.status == "ok" and best is not None:
             side_by_side.repeat(st, self, server, trial, best)
+            if why := unpaid_reason(trial, st.measured(), st.opts.tie_band):
+                st.notes.append(f"trial {trial.number} is not carried: {why}")
+                st.say(f"{label}: not carried: {why}")
         if not baseline and sizing.confirm_in_place(st, trial, best):
             # It leads, and the budget holds no further trial: confirmed here, on its own
             # start from its launch command, instead of a restart that only takes time.

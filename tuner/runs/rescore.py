@@ -27,6 +27,7 @@ from typing import Any
 from probes.metrics import summarize
 from probes.slo import SLOSet, requests_needed
 from tuner.report.schema import Report, Rescored, SLOReport, StageReport, TrialReport
+from tuner.run.quality_paid import may_lead
 from tuner.run.scoring import under_capacity
 from tuner.scoring.capacity import LoadAxis
 from tuner.scoring.estimate import Samples, constraints, estimate
@@ -199,7 +200,8 @@ def rescore(
     again = [t for t, _ in scored]
     samples = {t.number: s for t, s in scored}
     by_number = {t.number: t for t in again}
-    eligible = [t for t in again if t.status == "ok" and not t.rejected and t.score_tokens_per_s]
+    # As the run chose: a quantised configuration only where its gain pays its quality cost.
+    eligible = [t for t in may_lead(again) if t.score_tokens_per_s]
     best = max(eligible, key=lambda t: t.score_tokens_per_s or 0.0, default=None)
     base = by_number.get(0)
     gain = (
