@@ -155,7 +155,10 @@ def main() -> int:
     if importlib.util.find_spec("pandas") is None:
         # vLLM's client reads a custom dataset with pandas, an optional dependency of vLLM's:
         # without it every call exits with no result (2026-12-06).
-        p.error("vLLM's client reads its custom dataset with pandas: .venv/bin/pip install pandas")
+        p.error(
+            "vLLM's client reads its custom dataset with pandas: scripts/setup.sh --dev, "
+            "or .venv/bin/pip install 'autotune[bench]'"
+        )
     report = read_report(p, args.report)
     if report.get("load", {}).get("model") != "rate":
         p.error("the run's load model must be the open loop (rate): a shape's bursts are arrivals")

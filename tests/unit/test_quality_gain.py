@@ -61,7 +61,7 @@ def test_a_gain_is_established_only_clear_of_the_ceiling_and_the_tie_band() -> N
     assert unpaid(est(1000, 950, 1050), ref) is None
     assert "pessimistic end, 810" in (unpaid(est(900, 810, 990), ref) or "")
     # Clear of the interval, but within 5 % of the estimate: fresh starts differ by that.
-    assert "tie band" in (unpaid(est(835, 825, 845), ref) or "")
+    assert "within 5 %" in (unpaid(est(835, 825, 845), ref) or "")
     assert unpaid(est(835, 825, 845), ref, band=0.02) is None
 
 
@@ -126,6 +126,10 @@ def test_a_quantised_trial_over_a_bracketed_reference_leads(trials: list[TrialRe
     for t in trials[3:]:
         t.status = "failed"
     assert unpaid_reason(quant, trials) is None and quant in may_lead(trials)
+    # 6 % over a bracketed reference: within the run-to-run spread (8 %), not paid.
+    _as(quant, est(862, 850, 875), quantised=True)
+    assert "within 8 %" in (unpaid_reason(quant, trials) or "")
+    _as(quant, est(1032, 990, 1070), quantised=True)
     # A lower bound whose prediction leaves no room above the quantised one's pessimistic end.
     _as(free, est(813, 813, None, censored="above"), quantised=False)
     free.predicted = PredictedReport(

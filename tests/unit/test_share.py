@@ -132,3 +132,29 @@ def test_a_bounded_run_gives_its_first_trials_a_share_and_the_last_of_the_few_no
     assert True in by_trial[1] and True in by_trial[2]
     assert by_trial[0] == {False} and by_trial[3] == {False}
     assert runner.state.budget.trial_left() == float("inf")  # closed after the last trial
+
+
+def test_a_trial_whose_one_point_broke_takes_one_step_down_past_its_share(
+    tmp_path: Path,
+) -> None:
+    """It has cost a start and scores nothing: one more point, where the whole budget holds
+    it (the README command on the Xeon, 2026-12-06 13:31, abandoned both its batching trials
+    after a first point just under their transferred predictions broke)."""
+    clock = Clock()
+    st = run_state(tmp_path, budget_s=BUDGET_S, now=clock)
+    st.baseline = _trial(0, 50.0, 7.6)
+    trial = _trial(1, 48.0, 11.2)
+    clock.t = 200.0
+    st.budget.open_trial(100.0)
+    clock.t = 295.0  # 5 s of the share left
+    trial.points = [_point(11.2, False, e2e_ms=8_000.0)]
+    assert sizing.points_time_left(st, trial, 9.8) is None
+    # Once a point held, or after the step down, the share stops it as before.
+    trial.points = [_point(11.2, True, e2e_ms=8_000.0)]
+    assert "share of the time budget" in (sizing.points_time_left(st, trial, 12.0) or "")
+    trial.points = [_point(11.2, False), _point(9.8, False)]
+    assert "share of the time budget" in (sizing.points_time_left(st, trial, 8.6) or "")
+    # The whole budget still decides: no step down where the confirmation's time is at stake.
+    trial.points = [_point(11.2, False)]
+    clock.t = BUDGET_S - 30.0
+    assert "keep time for the confirmation" in (sizing.points_time_left(st, trial, 9.8) or "")

@@ -3,8 +3,9 @@
 A trial whose quantisation knobs differ from the defaults carries the quality gate's figure
 (``quality``): it costs quality, however small the figure came out. It may lead the run (be
 carried into the next stage, confirmed, recommended) only where its capacity's gain over the
-best configuration that costs none is established (tuner/scoring/quality_gain.py); else that
-one leads, and the run says why.
+best configuration that costs none is established (tuner/scoring/quality_gain.py), by more
+than the tie band or the run-to-run spread (``RUN_TO_RUN``), whichever is larger; else that one
+leads, and the run says why.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from collections.abc import Iterable
 from tuner.report.schema import TrialReport
 from tuner.scoring.compare import TIE_BAND
 from tuner.scoring.quality_gain import unpaid
+from tuner.servemodel.spreads import RUN_TO_RUN
 
 
 def costs_quality(t: TrialReport) -> bool:
@@ -35,7 +37,8 @@ def unpaid_reason(
     if not costs_quality(t) or ref is None or t.estimate is None or ref.estimate is None:
         return None
     high = ref.predicted.high if ref.predicted is not None else None
-    why = unpaid(t.estimate, ref.estimate, high, band)
+    # A gain beyond what a fresh start of the same configuration could show.
+    why = unpaid(t.estimate, ref.estimate, high, max(band, RUN_TO_RUN))
     if why is None:
         return None
     name = "the baseline" if ref.number == 0 else f"trial {ref.number}"

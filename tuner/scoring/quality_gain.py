@@ -4,8 +4,9 @@ A quantised configuration (a smaller KV cache dtype, quantised weights) pays in 
 by the gate against the baseline's perplexity. What it buys is capacity, and the search may only
 say it bought some where the measurements show it: its capacity's pessimistic end above the most
 the configuration it would displace can have (that one's optimistic end, or the tokens/s of its
-first load that did not hold), and its estimate above that one's by more than the tie band
-(tuner/scoring/compare.py: what fresh starts of one configuration differ by here).
+first load that did not hold), and its estimate above that one's by more than fresh starts of
+one configuration differ by (``band``: the run passes the larger of the tie band,
+tuner/scoring/compare.py, and the serving model's run-to-run spread, 8 %).
 
 Where the configuration it would displace is a lower bound (every load it was tried at held:
 the budget's share of a trial ended before a load broke), the measurements bound nothing from
@@ -59,7 +60,7 @@ def unpaid(
         )
     if candidate.tokens_per_s <= ref.tokens_per_s * (1.0 + band):
         return (
-            f"{candidate.tokens_per_s:.0f} tok/s against {ref.tokens_per_s:.0f} is within the "
-            f"{band:.0%} tie band"
+            f"{candidate.tokens_per_s:.0f} tok/s against {ref.tokens_per_s:.0f} is within "
+            f"{band * 100:.0f} %, what fresh starts of one configuration differ by"
         )
     return None
