@@ -13,7 +13,7 @@ import pytest
 from tuner.report.render import render_markdown
 from tuner.report.render_cells import lower_bound, ratio_word
 from tuner.report.schema import Report, TrialReport
-from tuner.report.views import Step, waterfall_steps
+from tuner.report.waterfall import Step, waterfall_steps
 
 
 @pytest.fixture

@@ -14,6 +14,7 @@ import pytest
 
 from probes.quality import QualityCheck
 from tuner.report.schema import PredictedReport, Report, TrialReport
+from tuner.report.waterfall import waterfall_steps
 from tuner.run.quality_paid import may_lead, reference, unpaid_reason
 from tuner.scoring.estimate import CapacityEstimate
 from tuner.scoring.quality_gain import ceiling, unpaid
@@ -139,3 +140,30 @@ def test_a_quantised_trial_over_a_bracketed_reference_leads(trials: list[TrialRe
     assert unpaid_reason(quant, trials) is None
     free.predicted = free.predicted.model_copy(update={"high": 1100.0})
     assert unpaid_reason(quant, trials) is not None and quant not in may_lead(trials)
+
+
+def test_the_stage_table_says_why_a_higher_quantised_score_was_not_carried(
+    fake_run: Path,
+) -> None:
+    r = Report.model_validate_json((fake_run / "report.json").read_bytes())
+    first = next(s for s in r.stages if s.status == "run" and s.best_trial is not None)
+    by = {t.number: t for t in r.trials}
+    carried = by[first.best_trial or 0]
+    other = next(t for t in r.trials if t.number != carried.number)
+    _as(other, est((carried.score_tokens_per_s or 0.0) * 1.2, 1.0, None), quantised=True)
+    quant = first.model_copy(
+        update={"name": "quantisation", "trials": [other.number], "best_trial": carried.number}
+    )
+    r.stages = [first, quant]
+
+    def note() -> str:
+        return next(s for s in waterfall_steps(r) if s.label == "after quantisation").note
+
+    assert note() == (
+        f"unchanged: trial {other.number} scored higher, but its gain is not established "
+        "against its quality cost (see the notes)"
+    )
+    other.rejected = "quality: perplexity degraded 1.40 % against the baseline, over the 1 %"
+    assert note().startswith(f"unchanged: trial {other.number} scored higher but is barred")
+    other.score_tokens_per_s = (carried.score_tokens_per_s or 0.0) * 0.9
+    assert note() == "unchanged: nothing better"

@@ -15,7 +15,7 @@ from tuner.report.render_cells import (
 )
 from tuner.report.schema import Report, TrialReport
 from tuner.report.text import load_text, ms_text
-from tuner.report.views import waterfall_steps
+from tuner.report.waterfall import waterfall_steps
 
 
 def _trial_row(t: TrialReport, top: float, defaults: dict[str, Any]) -> str:

@@ -17,7 +17,7 @@ capacity estimates and its probe:
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
@@ -25,9 +25,8 @@ from probes.diagnose import prefill_fit
 from probes.metrics import Dist, LoadMetrics
 from tuner.report.held_out_view import HeldOutView, held_out_view
 from tuner.report.prediction_view import PredictionView, prediction_view
-from tuner.report.render_cells import lower_bound, quality_text, ratio_word, speculative_text
-from tuner.report.schema import Recommendation, Report, StageReport, TrialReport
-from tuner.report.text import load_text
+from tuner.report.schema import Recommendation, Report, TrialReport
+from tuner.report.waterfall import Step, waterfall_steps
 
 
 class View(BaseModel):
@@ -60,29 +59,6 @@ class Curve(View):
     tpot_p99: list[float | None]
     capacity: float | None  # the fitted capacity (load units), where the estimate has one
     capacity_censored: str | None = None
-
-
-class Step(View):
-    label: str  # "baseline", "after batching", "confirmed"
-    trial: int | None
-    tokens_per_s: float | None
-    ttft_p50: float | None
-    ttft_p99: float | None
-    tpot_p50: float | None
-    tpot_p99: float | None
-    note: str = ""  # "skipped: ...", "unchanged", "confirmed at 8.7 req/s"
-    # what the step is: a configuration's score, a stage skipped, a stage where nothing met
-    # the SLOs, a baseline that meets them at no load, or the confirmed figure
-    kind: Literal["scored", "skipped", "none", "no_load", "confirmed"] = "scored"
-    lower_bound: bool = False  # the score is a lower bound: every load tried held
-    step_gain: float | None = None  # over the step before that had a score
-    # what the gain can say where a score is a lower bound (render_cells.ratio_word)
-    step_gain_word: str = ""
-    vs_baseline: float | None = None  # over the baseline's score (confirmed: the claimed gain)
-    vs_baseline_word: str = ""
-    quality: str = "-"
-    speculative: str = "-"
-    load: str | None = None  # the confirmed figure's load
 
 
 class ProbeView(View):
@@ -205,89 +181,6 @@ def _curve(t: TrialReport) -> Curve:
         capacity=est.load if est else None,
         capacity_censored=est.censored if est else None,
     )
-
-
-def _step(label: str, t: TrialReport | None, note: str = "", **kw: Any) -> Step:
-    m = t.metrics if t else None
-    return Step(
-        label=label,
-        trial=t.number if t else None,
-        tokens_per_s=t.score_tokens_per_s if t else None,
-        ttft_p50=m.ttft_ms.p50 if m else None,
-        ttft_p99=m.ttft_ms.p99 if m else None,
-        tpot_p50=m.tpot_ms.p50 if m else None,
-        tpot_p99=m.tpot_ms.p99 if m else None,
-        note=note,
-        **kw,
-    )
-
-
-def waterfall_steps(r: Report) -> list[Step]:
-    """The baseline, the configuration carried out of each stage, and the confirmed figure,
-    each with its gains: computed once here, drawn by report.md and report.html."""
-    if r.baseline is None:
-        return []
-    by_number = {t.number: t for t in [r.baseline, *r.trials]}
-    base = r.baseline.score_tokens_per_s
-    rows: list[tuple[str, TrialReport | None, StageReport | None]] = [
-        ("baseline", r.baseline, None)
-    ]
-    rows += [
-        (f"after {s.name}", by_number.get(s.best_trial) if s.best_trial is not None else None, s)
-        for s in r.stages
-    ]
-    steps: list[Step] = []
-    prev, prev_number, prev_trial = base, None, r.baseline
-    for label, t, s in rows:
-        if s is not None and s.status == "skipped":
-            steps.append(_step(label, None, f"skipped: {s.reason}", kind="skipped"))
-            continue
-        if t is None or (s is not None and s.status != "run"):
-            steps.append(_step(label, None, "nothing met the SLOs", kind="none"))
-            continue
-        if t.number == 0 and t.score_tokens_per_s is None:
-            steps.append(_step(label, t, t.status, kind="no_load"))
-            prev_number = 0
-            continue
-        score = t.score_tokens_per_s or 0.0
-        unchanged = t.number == prev_number
-        steps.append(
-            _step(
-                label, t, "unchanged: nothing better" if unchanged else "",
-                lower_bound=lower_bound(t),
-                step_gain=score / prev if prev else None,
-                step_gain_word=ratio_word(t, prev_trial) if t is not prev_trial else "",
-                vs_baseline=score / base if base else None,
-                vs_baseline_word=ratio_word(t, r.baseline) if t.number != 0 else "",
-                quality=quality_text(t.quality), speculative=speculative_text(t),
-            )
-        )  # fmt: skip
-        prev_number = t.number
-        if score:
-            prev, prev_trial = score, t
-    rec = r.recommended
-    if rec is not None:
-        m = rec.metrics
-        steps.append(
-            Step(
-                label="confirmed",
-                trial=rec.from_trial,
-                tokens_per_s=m.output_tokens_per_s,
-                ttft_p50=m.ttft_ms.p50,
-                ttft_p99=m.ttft_ms.p99,
-                tpot_p50=m.tpot_ms.p50,
-                tpot_p99=m.tpot_ms.p99,
-                note=f"fresh start, {rec.n_requests} requests",
-                kind="confirmed",
-                vs_baseline=rec.gain_vs_baseline,
-                quality=quality_text(m.quality),
-                speculative="-"
-                if m.acceptance_rate is None
-                else f"accepted {m.acceptance_rate:.0%}",
-                load=load_text(rec.load),
-            )
-        )
-    return steps
 
 
 def _probe(r: Report) -> ProbeView | None:

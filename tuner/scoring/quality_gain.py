@@ -53,10 +53,14 @@ def unpaid(
             "and no prediction bounds it from above"
         )
     if candidate.low <= top:
-        source = "its prediction's optimistic end" if ref.censored == "above" else "its points"
+        source = (
+            "its prediction's optimistic end allows"
+            if ref.censored == "above"
+            else "its points allow"
+        )
         return (
             f"its pessimistic end, {candidate.low:.0f} tok/s, is not above the "
-            f"{top:.0f} tok/s {source} allow"
+            f"{top:.0f} tok/s {source}"
         )
     if candidate.tokens_per_s <= ref.tokens_per_s * (1.0 + band):
         return (
