@@ -67,6 +67,23 @@ def lengths(workload: Workload) -> Lengths | None:
     return Lengths(float(means[0]), float(means[1]), heavy)
 
 
+def heavy_prompts(workload: Workload) -> bool:
+    """Whether a workload's prompt lengths are heavy-tailed: a synthetic workload's lognormal
+    input, or pairs' or a trace's rows whose prompt p99 is at least ``HEAVY_RATIO`` x their
+    mean (where a long-prefill cap can pay off). False for a file of written prompts: their
+    tokens are not counted."""
+    if isinstance(workload, SyntheticWorkload):
+        return workload.input_dist is not None
+    if isinstance(workload, PairsWorkload):
+        prompts = [i for i, _ in workload.pairs]
+    elif isinstance(workload, TraceWorkload):
+        prompts = [r.input for r in workload.rows]
+    else:
+        return False
+    table = np.array(prompts, dtype=float)
+    return bool(np.percentile(table, 99) >= HEAVY_RATIO * table.mean())
+
+
 def derive(workload: Workload) -> Derived:
     """The held-out workload derived from ``workload`` (see the module docstring).
 

@@ -67,6 +67,25 @@ def test_the_token_budget_splits_a_prefill() -> None:
     assert r.e2e_s == pytest.approx(0.074 + 0.046 + 0.011)
 
 
+def test_a_long_prefill_is_capped_while_others_share_the_batch() -> None:
+    """vLLM's long_prefill_token_threshold: a long prompt takes at most the cap a step, so a
+    short one beside it gets its first token at once; alone, it is not capped."""
+    knobs = Knobs(8, 2048, long_prefill_threshold=256)
+    trace = StepTrace()
+    long, short = simulate([Arrival(0.0, 1000, 2), Arrival(0.0, 10, 2)], knobs, model(1.0),
+                           trace=trace)  # fmt: skip
+    # 256 + 10; then 256 beside the short one's decode; alone once it finished: the rest, 488
+    assert trace.tokens == [266, 257, 488, 1]
+    assert (short.ttft_s, long.ttft_s) == pytest.approx((1.0, 3.0))
+    uncapped = StepTrace()
+    both = simulate([Arrival(0.0, 1000, 2), Arrival(0.0, 10, 2)], Knobs(8, 2048), model(1.0),
+                    trace=uncapped)  # fmt: skip
+    assert uncapped.tokens[0] == 1010 and [r.ttft_s for r in both] == pytest.approx([1.0, 1.0])
+    alone = StepTrace()
+    simulate([Arrival(0.0, 1000, 2)], knobs, model(1.0), trace=alone)
+    assert alone.tokens == [1000, 1]
+
+
 def test_without_chunking_a_prompt_waits_for_a_step_with_room_for_all_of_it() -> None:
     trace = StepTrace()
     arrivals = [Arrival(0.0, 100, 2), Arrival(0.0, 100, 2)]

@@ -24,6 +24,7 @@ from typing import Any, Protocol
 
 import orjson
 
+from probes.derive import heavy_prompts
 from probes.workload import (
     FileWorkload,
     Tokenizer,
@@ -118,6 +119,25 @@ def max_positions(model_path: str) -> int | None:
     return int(n) if isinstance(n, int) else None
 
 
+def _heavy_prompts(opts: TuneOptions) -> bool:
+    """The tuned workload's prompt lengths are heavy-tailed, or a --check-workload's are (one
+    ``derived`` from a tuned workload it cannot derive from is none)."""
+    try:
+        checked = opts.held_out
+    except ValueError:
+        checked = []
+    return any(heavy_prompts(w) for w in [opts.workload, *checked])
+
+
+def _heavy_only(space: SearchSpace) -> list[str]:
+    """The knobs with options that exist only for heavy-tailed prompts."""
+    return [
+        k.name
+        for k in space.knobs().values()
+        if any("heavy_prompts" in o.requires for o in (k.options or {}).values())
+    ]
+
+
 class LaunchedTarget:
     """An engine autotune starts, once per configuration."""
 
@@ -156,6 +176,9 @@ class LaunchedTarget:
         }
         if (n := max_positions(model.path)) is not None:
             self.ctx["max_model_len"] = n
+        # Knob options that pay off only with heavy-tailed prompts (a long-prefill cap) exist
+        # where the tuned workload, or one it is checked on, has them.
+        self.ctx["heavy_prompts"] = "yes" if _heavy_prompts(opts) else ""
         space = load_space(path)
         if (space.engine, space.device) != (self.engine.name, self.hw.device):
             raise SpaceError(
@@ -163,6 +186,9 @@ class LaunchedTarget:
                 f"{self.engine.name} on {self.hw.device}"
             )
         self.space = space = space.for_machine(len(self.hw.gpus), self.ctx)
+        gated = _heavy_only(space) if self.ctx["heavy_prompts"] else []
+        if gated:
+            say(f"heavy-tailed prompts: {', '.join(gated)} join(s) the search")
         if opts.stages is not None:
             known = {s.name for s in space.stages} | set(STAGE_ORDER)
             if bad := [s for s in opts.stages if s not in known]:

@@ -5,7 +5,8 @@ Each step, as vLLM 0.32's ``Scheduler.schedule`` does it:
 1. **Running requests first**, in the order they were admitted: each asks for the tokens it has
    not computed yet (one for a decoding sequence; the rest of its prompt for one still
    prefilling), capped by the step's token budget (``max_num_batched_tokens``) and by
-   ``long_prefill_threshold`` where set. Its KV blocks (``block_size`` tokens each) must cover
+   ``long_prefill_threshold`` where set (unless the request is the only one running or
+   waiting, as vLLM does). Its KV blocks (``block_size`` tokens each) must cover
    its computed tokens plus the new ones; where the cache has too few free blocks the most
    recently admitted running request is preempted (recompute: its blocks are freed, its
    computed tokens forgotten, and it goes back to the front of the waiting queue), until the
@@ -168,13 +169,15 @@ def simulate(
         scheduled: list[tuple[_Req, int]] = []
         budget = knobs.max_num_batched_tokens
         preempted = False
+        # vLLM's cap on a long prefill, except for a request alone: it has nobody to starve.
+        cap = knobs.long_prefill_threshold if len(running) + len(waiting) > 1 else 0
         i = 0
         while i < len(running) and budget > 0:
             r = running[i]
             new = r.n_in + r.generated - r.computed
             if new > 1:  # a prefill still going on (a decode asks for exactly one token)
-                if 0 < knobs.long_prefill_threshold < new:
-                    new = knobs.long_prefill_threshold
+                if 0 < cap < new:
+                    new = cap
                 new = min(new, budget)
             need = -(-(r.computed + new) // bs) - r.blocks
             fits = True
@@ -208,8 +211,8 @@ def simulate(
                 if r.computed == 0 and r.cached and not r.preempted:
                     r.computed = (r.cached // bs) * bs
                 new = r.length - r.computed
-                if 0 < knobs.long_prefill_threshold < new:
-                    new = knobs.long_prefill_threshold
+                if 0 < cap < new:
+                    new = cap
                 if not knobs.enable_chunked_prefill and new > budget:
                     if new > knobs.max_num_batched_tokens:
                         raise SimulationError(
