@@ -36,14 +36,8 @@ from typing import Any
 
 sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]
 
-from sweep import (  # noqa: E402
-    ROOT,
-    SweepOptions,
-    VLLMClient,
-    measure_config,
-    model_of,
-    read_report,
-)
+from bench_client import ROOT, VLLMClient, model_of, read_report  # noqa: E402
+from sweep import SweepOptions, measure_config  # noqa: E402
 
 from probes.client import LoadClient, run_load  # noqa: E402
 from probes.metrics import summarize  # noqa: E402

@@ -47,18 +47,15 @@ from typing import Any
 # benchmarks/ is not a package: its folder (for sweep) and the repository root (for tuner).
 sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]
 
-from sweep import (  # noqa: E402
+from bench_client import (  # noqa: E402
     LOAD_MODELS,
     ROOT,
     VLLMClient,
-    add_sweep_args,
-    describe_capacity,
     fmt,
-    measure_config,
     read_report,
     report_load_model,
-    sweep_options,
 )
+from sweep import add_sweep_args, describe_capacity, measure_config, sweep_options  # noqa: E402
 
 from probes.slo import SLOError, parse_slos  # noqa: E402
 from tuner.engines import get_engine  # noqa: E402

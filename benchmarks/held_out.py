@@ -26,6 +26,13 @@ Run it from the repository root on an idle machine, soon after the run (the boxe
     .venv/bin/python benchmarks/held_out.py --report results/<run-id>/report.json
     .venv/bin/python benchmarks/held_out.py --report R \
         --shape long=synthetic:input=128,output=64,in_p99=1024
+    .venv/bin/python benchmarks/held_out.py --report TUNED_ON_MIXED --against README_RUN \
+        --no-tuned --shape mixed=synthetic:input=384,output=64,in_p99=1536,prefix_groups=4,\
+    prefix_len=256,prefix_share=0.8
+
+With ``--against``, a second run's recommendation is measured on the same shapes beside the
+first's (three starts), and both gains over the same defaults are printed: a run tuned on one
+shape against the README command's on that shape (issue 32).
 
 It writes ``<out>/held_out.json`` (default ``results/held-out-<timestamp>/``) with every point,
 and vLLM's client logs and results per configuration and shape.
@@ -46,17 +53,8 @@ import orjson
 # benchmarks/ is not a package: its folder (for sweep) and the repository root (for tuner).
 sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]
 
-from sweep import (  # noqa: E402
-    LOAD_MODELS,
-    ROOT,
-    SweepOptions,
-    VLLMClient,
-    capacity,
-    describe_capacity,
-    fmt,
-    measure_config,
-    read_report,
-)
+from bench_client import LOAD_MODELS, ROOT, VLLMClient, fmt, read_report  # noqa: E402
+from sweep import SweepOptions, capacity, describe_capacity, measure_config  # noqa: E402
 
 from probes.workload import SyntheticWorkload, parse_workload, prepare_requests  # noqa: E402
 from tuner.engines.base import LaunchSpec  # noqa: E402
@@ -143,6 +141,13 @@ def main() -> int:
     p.add_argument(
         "--no-tuned", action="store_true", help="leave the tuned workload out (measured elsewhere)"
     )
+    p.add_argument(
+        "--against",
+        type=Path,
+        help="another run's report.json (or folder): its recommendation measured on the same "
+        "shapes beside this run's, with its gain over the same defaults (a run tuned on one "
+        "shape against the README command's)",
+    )
     p.add_argument("--out", type=Path, help="output folder (default results/held-out-<ts>/)")
     p.add_argument("--min-prompts", type=int, default=250, help="prompts per point (250)")
     p.add_argument("--bisect-steps", type=int, default=1, help="points after the bracket (1)")
@@ -188,6 +193,11 @@ def main() -> int:
         "defaults": (base, float(base["load"]["rate_rps"])),
         "recommended": (rec, float(rec["load"]["rate_rps"])),
     }
+    if args.against is not None:
+        other = read_report(p, args.against).get("recommended") or {}
+        if not other.get("launch_command") or (other.get("load") or {}).get("rate_rps") is None:
+            p.error(f"{args.against}: no recommendation at a request rate to measure against")
+        configs["against"] = (other, float(other["load"]["rate_rps"]))
     print(f"{len(clients)} workloads: " + "; ".join(f"{n}" for n in clients), flush=True)
     found: dict[str, Result] = {}
     for label, (t, start) in configs.items():
@@ -220,21 +230,46 @@ def main() -> int:
 
 
 def summarize(found: dict[str, Result], names: list[str]) -> Result:
-    """Each workload's capacities and the gain (recommended / defaults, output tokens/s)."""
+    """Each workload's capacities and the gain (recommended / defaults, output tokens/s); with
+    ``against`` (another run's recommendation), its gain too, and whether this run's is at
+    least as high."""
     rows: dict[str, Result] = {}
     gains: dict[str, float | None] = {}
-    print(f"\n{'workload':>9} {'defaults tok/s':>15} {'recommended':>12} {'gain':>6}")
+    other = "against" in found
+    head = f"\n{'workload':>9} {'defaults tok/s':>15} {'recommended':>12} {'gain':>6}"
+    print(head + (f" {'against':>9} {'gain':>6}" if other else ""))
+
+    def score(label: str, name: str) -> tuple[Result, float | None]:
+        got = (found.get(label, {}).get("then") or {}).get(name) or {}
+        return got, got.get("score_tokens_per_s")
+
     for name in names:
-        d = (found["defaults"].get("then") or {}).get(name) or {}
-        r = (found["recommended"].get("then") or {}).get(name) or {}
-        a, b = d.get("score_tokens_per_s"), r.get("score_tokens_per_s")
+        (d, a), (r, b) = score("defaults", name), score("recommended", name)
         gain = b / a if a and b else None
         rows[name] = {"defaults": d, "recommended": r, "gain": gain}
         gains[name] = gain
-        print(f"{name:>9} {fmt(a, '.1f'):>15} {fmt(b, '.1f'):>12} {fmt(gain, '.2f'):>6}")
+        line = f"{name:>9} {fmt(a, '.1f'):>15} {fmt(b, '.1f'):>12} {fmt(gain, '.2f'):>6}"
+        if other:
+            o, c = score("against", name)
+            rows[name] |= {"against": o, "against_gain": c / a if a and c else None}
+            line += f" {fmt(c, '.1f'):>9} {fmt(rows[name]['against_gain'], '.2f'):>6}"
+        print(line)
     losses = [n for n, g in gains.items() if g is not None and g < 1]
     if losses:
         print(f"the recommendation loses to vLLM's defaults on: {', '.join(losses)}")
+    if other:
+        behind = [
+            n
+            for n, row in rows.items()
+            if row["gain"] is not None
+            and row["against_gain"] is not None
+            and row["gain"] < row["against_gain"]
+        ]
+        print(
+            "this run's recommendation gains less than the other's on: " + ", ".join(behind)
+            if behind
+            else "this run's recommendation gains at least as much as the other's on every shape"
+        )
     return {"workloads": rows, "starts": {k: v.get("startup_s") for k, v in found.items()}}
 
 

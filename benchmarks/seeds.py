@@ -40,18 +40,16 @@ from typing import Any
 # benchmarks/ is not a package: its folder (for sweep) and the repository root (for tuner).
 sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]
 
-from sweep import (  # noqa: E402
+from bench_client import (  # noqa: E402
     LOAD_MODELS,
     ROOT,
-    SweepOptions,
     VLLMClient,
-    add_rule_args,
     fmt,
-    measure_config,
     model_of,
     read_report,
     report_load_model,
 )
+from sweep import SweepOptions, add_rule_args, measure_config  # noqa: E402
 from tuned_vs_default import claim_check  # noqa: E402
 
 from tuner.engines.base import LaunchSpec  # noqa: E402

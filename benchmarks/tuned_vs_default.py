@@ -62,20 +62,22 @@ from typing import Any
 sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]
 
 import sample_rule  # noqa: E402
-from sweep import (  # noqa: E402
+from bench_client import (  # noqa: E402
     LOAD_MODELS,
     ROOT,
     LoadModel,
-    SweepOptions,
     VLLMClient,
-    add_sweep_args,
-    describe_capacity,
     fmt,
-    measure_config,
     model_of,
     read_report,
     report_load_model,
     show_point,
+)
+from sweep import (  # noqa: E402
+    SweepOptions,
+    add_sweep_args,
+    describe_capacity,
+    measure_config,
     sweep_options,
 )
 

@@ -13,7 +13,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
-from held_out import SHAPES, ShapedClient, parse_shapes
+from held_out import SHAPES, ShapedClient, parse_shapes, summarize
 
 from tests.unit.real_tokenizer import smollm2
 
@@ -76,3 +76,36 @@ def test_shapes_it_cannot_send_are_refused(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="turns"):
         parse_shapes(["chat=synthetic:input=64,output=16,turns=3"])
     assert set(parse_shapes(None)) == set(SHAPES)
+
+
+def _found(scores: dict[str, dict[str, float]]) -> dict[str, dict]:
+    return {
+        label: {"then": {n: {"score_tokens_per_s": v} for n, v in by.items()}, "startup_s": 30.0}
+        for label, by in scores.items()
+    }
+
+
+def test_a_run_tuned_on_a_shape_against_another_runs_recommendation(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``--against``: both recommendations' gains over the same defaults, and whether the run
+    tuned on the shape gains at least as much (issue 32)."""
+    found = _found(
+        {
+            "defaults": {"mixed": 300.0, "heavy": 350.0},
+            "recommended": {"mixed": 450.0, "heavy": 360.0},
+            "against": {"mixed": 420.0, "heavy": 420.0},
+        }
+    )
+    out = summarize(found, ["mixed", "heavy"])
+    assert out["workloads"]["mixed"]["gain"] == pytest.approx(1.5)
+    assert out["workloads"]["mixed"]["against_gain"] == pytest.approx(1.4)
+    assert out["workloads"]["heavy"]["against_gain"] == pytest.approx(1.2)
+    assert "gains less than the other's on: heavy" in capsys.readouterr().out
+    found["against"]["then"]["heavy"]["score_tokens_per_s"] = 300.0
+    summarize(found, ["mixed", "heavy"])
+    printed = capsys.readouterr().out
+    assert "at least as much as the other's on every shape" in printed
+    assert "loses to vLLM's defaults" not in printed
+    summarize(_found({"defaults": {"mixed": 300.0}, "recommended": {"mixed": 250.0}}), ["mixed"])
+    assert "loses to vLLM's defaults on: mixed" in capsys.readouterr().out

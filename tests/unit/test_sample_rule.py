@@ -14,7 +14,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
 import sample_rule
-from sweep import LOAD_MODELS, SweepOptions, capacity
+from bench_client import LOAD_MODELS
+from sweep import SweepOptions, capacity
 
 TTFT = {"metric": "ttft", "percentile": 99, "limit_ms": 2000.0}
 RATE = LOAD_MODELS["rate"]

@@ -11,7 +11,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
-from sweep import LOAD_MODELS, SweepOptions, find_capacity, read_report
+from bench_client import LOAD_MODELS, read_report
+from sweep import SweepOptions, find_capacity
 
 RATE, CONC = LOAD_MODELS["rate"], LOAD_MODELS["concurrency"]
 
