@@ -33,7 +33,17 @@ def unpaid_reason(
 ) -> str | None:
     """Why ``t``'s quality cost is not paid by an established gain over the best trial that
     costs none (None: it costs none, or the gain is established, or nothing to compare)."""
+    return _unpaid_over(t, reference(trials), band)
+
+
+def may_lead(trials: list[TrialReport], band: float = TIE_BAND) -> list[TrialReport]:
+    """The ok, recommendable trials, less those whose quality cost is not paid (the reference
+    found once: ``RunState.best`` calls this at every point)."""
     ref = reference(trials)
+    return [t for t in trials if _eligible(t) and _unpaid_over(t, ref, band) is None]
+
+
+def _unpaid_over(t: TrialReport, ref: TrialReport | None, band: float) -> str | None:
     if not costs_quality(t) or ref is None or t.estimate is None or ref.estimate is None:
         return None
     high = ref.predicted.high if ref.predicted is not None else None
@@ -46,11 +56,6 @@ def unpaid_reason(
         f"its gain over {name}, which costs no quality, is not established ({why}): a quality "
         "cost is paid only for an established gain"
     )
-
-
-def may_lead(trials: list[TrialReport], band: float = TIE_BAND) -> list[TrialReport]:
-    """The ok, recommendable trials, less those whose quality cost is not paid."""
-    return [t for t in trials if _eligible(t) and unpaid_reason(t, trials, band) is None]
 
 
 def _eligible(t: TrialReport) -> bool:
