@@ -65,11 +65,12 @@ def _unchanged(s: StageReport | None, carried: TrialReport, by: dict[int, TrialR
         and t.status == "ok"
         and (t.score_tokens_per_s or 0.0) > score
     ]
-    if not higher:
-        return "unchanged: nothing better"
-    top = max(higher, key=lambda t: t.score_tokens_per_s or 0.0)
-    if top.rejected:
+    top = max(higher, key=lambda t: t.score_tokens_per_s or 0.0, default=None)
+    if top is not None and top.rejected:
         return f"unchanged: trial {top.number} scored higher but is barred ({top.rejected})"
+    if top is None or top.quality is None:
+        # (a higher search score without a quality cost is behind by its current estimate)
+        return "unchanged: nothing better"
     return (
         f"unchanged: trial {top.number} scored higher, but its gain is not established "
         "against its quality cost (see the notes)"
