@@ -145,6 +145,24 @@ def test_a_candidate_build_is_measured_first_at_the_best_simulated_setting(tmp_p
     assert c.prediction.spread_model > top.prediction.spread_model
 
 
+def test_a_stages_last_trial_goes_to_the_surest_gain_not_the_least_sure(tmp_path: Path) -> None:
+    # the same state as above: the candidate build (transferred) is predicted as high as the
+    # measured build's best setting, and has the larger expected gain for its spread
+    _, base, g, _, stage = _measured_as_predicted(tmp_path)
+    sim = [k for k in stage.knobs if k.sim and not k.sim_build]
+    (top, *_) = g._screen_build(stage, {}, {}, sim)
+    explore = g.propose(stage, {}, {config_key({})})
+    assert explore is not None and explore.basis == "transferred"
+    assert expected_gain(explore, base.score_tokens_per_s or 0.0) > expected_gain(
+        top, base.score_tokens_per_s or 0.0
+    )
+    # the stage's last trial: the measured build at its best setting, the higher pessimistic end
+    final = g.propose(stage, {}, {config_key({})}, last=True)
+    assert final is not None and final.basis == "calibrated"
+    assert final.params == top.params
+    assert final.prediction.low > explore.prediction.low
+
+
 def test_nothing_is_proposed_when_the_best_is_far_beyond_every_prediction(tmp_path: Path) -> None:
     st = _state(tmp_path)
     _baseline(st, 100_000.0)  # a measured best no configuration is predicted near

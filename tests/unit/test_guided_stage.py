@@ -7,7 +7,7 @@ from typing import Any
 
 from tests.unit.run_state import run_state
 from tuner.run.guided_stage import GuidedStage
-from tuner.search.guide import Guide
+from tuner.search.guide import Candidate, Guide
 from tuner.search.study import config_key
 from tuner.spaces.space import Stage
 
@@ -33,8 +33,25 @@ class Broken(Guide):
         Broken.calls += 1
         raise ZeroDivisionError("a model bug")
 
-    def propose(self, stage: Stage, carried: dict[str, Any], tried: set[tuple]) -> None:
+    def propose(
+        self, stage: Stage, carried: dict[str, Any], tried: set[tuple], *, last: bool = False
+    ) -> None:
         raise ZeroDivisionError("a model bug")
+
+
+class Recording(Guide):
+    """A model that proposes the stage's first candidate and records what it was told."""
+
+    told: list[bool]
+
+    def fits(self) -> dict[str, Any]:
+        return {"b": object()}
+
+    def propose(
+        self, stage: Stage, carried: dict[str, Any], tried: set[tuple], *, last: bool = False
+    ) -> Any:
+        self.told.append(last)
+        return Candidate(dict(stage.candidates[0]), None, "calibrated", [])  # type: ignore[arg-type]
 
 
 def test_a_failing_model_is_set_aside_and_the_stage_goes_on(tmp_path: Path) -> None:
@@ -62,3 +79,16 @@ def test_a_model_failing_in_a_proposal_falls_back_to_the_candidates(tmp_path: Pa
     # with every candidate tried, the sampler proposes (None)
     tried = {config_key(c) for c in STAGE.candidates}
     assert g.propose(STAGE, {}, tried) is None
+
+
+def test_the_stages_last_trial_is_told_to_the_model_and_said(tmp_path: Path) -> None:
+    st = run_state(tmp_path)
+    said: list[str] = []
+    st.say = said.append
+    guide = Recording(st)
+    guide.told = []
+    g = GuidedStage(st, guide)
+    assert g.propose(STAGE, {}, set()) == {"max_num_seqs": 16}
+    assert g.propose(STAGE, {}, set(), last=lambda: True) == {"max_num_seqs": 16}
+    assert guide.told == [False, True]
+    assert "the stage's last" not in said[0] and "next (the stage's last" in said[1]

@@ -158,3 +158,27 @@ def test_a_trial_whose_one_point_broke_takes_one_step_down_past_its_share(
     trial.points = [_point(11.2, False)]
     clock.t = BUDGET_S - 30.0
     assert "keep time for the confirmation" in (sizing.points_time_left(st, trial, 9.8) or "")
+
+
+def test_a_stages_last_trial_is_known_by_its_planned_trials_or_its_share_of_the_time(
+    tmp_path: Path,
+) -> None:
+    clock = Clock()
+    st = run_state(tmp_path, budget_s=BUDGET_S, now=clock)
+    st.baseline = _trial(0, 50.0, 7.6)
+    st.baseline.wall_s = 100.0
+    clock.t = 100.0
+    st.opts = st.opts.model_copy(update={"trials": 8})
+    sizing.open_stage(st, 6, 2)  # the batching stage: 6 of the 8 trials, its share of the time
+    assert not sizing.last_of_stage(st, [], 6)  # its first: never the last after one of its own
+    assert not sizing.last_of_stage(st, [], 1)
+    assert sizing.last_of_stage(st, [1], 2)  # its planned trials hold none after this one
+    # the time: two more of the mean trial fit the stage's share, then only one
+    t1 = _trial(1, 48.0, 9.0)
+    t1.wall_s = 100.0
+    st.trials = [t1]
+    clock.t = 200.0
+    assert st.budget.stage_fits(2 * 100.0)
+    assert not sizing.last_of_stage(st, [1], 6)
+    clock.t = st.budget.stage_deadline - 150.0
+    assert sizing.last_of_stage(st, [1], 6)

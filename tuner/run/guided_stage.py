@@ -6,6 +6,7 @@ and the stage goes on with Optuna's sampler, as with ``--no-serving-model``."""
 from __future__ import annotations
 
 import traceback
+from collections.abc import Callable
 from typing import Any
 
 from tuner.report.schema import PredictedReport, TrialReport
@@ -82,16 +83,23 @@ class GuidedStage:
         self.st.screened = self.guide.screened
 
     def propose(
-        self, stage: Stage, carried: dict[str, Any], tried: set[tuple]
+        self,
+        stage: Stage,
+        carried: dict[str, Any],
+        tried: set[tuple],
+        last: Callable[[], bool] = lambda: False,
     ) -> dict[str, Any] | str | None:
         """The next configuration for ``stage`` (tuner/search/study.py ``propose``): the model's,
         or, where nothing is calibrated yet or the model was set aside, the space's next
-        candidate, then the sampler's."""
+        candidate, then the sampler's. ``last``: whether the trial is the stage's last
+        (tuner/run/sizing.py ``last_of_stage``), chosen for its surest gain."""
         c = None
+        final = False
         if self.off is None:
             try:
                 if self.guide.fits():
-                    c = self.guide.propose(stage, carried, tried)
+                    final = last()
+                    c = self.guide.propose(stage, carried, tried, last=final)
                     self.st.screened = self.guide.screened
                     if c is None:
                         return (
@@ -103,8 +111,9 @@ class GuidedStage:
         if c is None:
             return next((dict(x) for x in stage.candidates if config_key(x) not in tried), None)
         shown = " ".join(f"{k}={v}" for k, v in c.params.items())
+        why = " (the stage's last: the surest gain)" if final else ""
         self.st.say(
             f"stage {stage.name}: the serving model has screened {self.guide.screened} "
-            f"configurations; next: {shown}"
+            f"configurations; next{why}: {shown}"
         )
         return c.params

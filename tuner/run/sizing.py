@@ -320,6 +320,18 @@ def time_left_reason(st: RunState, started: list[int] | None = None) -> str | No
     return None
 
 
+def last_of_stage(st: RunState, started: list[int], planned: int) -> bool:
+    """Whether the trial about to start is its stage's last after one of its own
+    (``started``): the stage's planned trials, or its share of the time budget, hold no other
+    after it (``time_left_reason`` asks the same of the next one). The serving model chooses
+    such a trial for its surest gain (tuner/search/guide.py ``propose``)."""
+    if not started:
+        return False
+    if planned - len(started) <= 1:
+        return True
+    return not st.budget.stage_fits(2 * trial_estimate_s(st))
+
+
 def open_stage(st: RunState, n_trials: int, later_trials: int) -> None:
     """This stage's share of the time left, in proportion to its planned trials."""
     share = n_trials / max(1, n_trials + later_trials)

@@ -195,7 +195,12 @@ def search(st: RunState, ev: Evaluator) -> None:
             should_stop=partial(sizing.time_left_reason, st, started=numbers),
             refuse=partial(_refuse, st, dict(carried)),
             claim=shared.slots(name, n_trials) if shared else None,
-            propose=partial(guide.propose, stage, dict(carried))
+            propose=partial(
+                guide.propose,
+                stage,
+                dict(carried),
+                last=partial(sizing.last_of_stage, st, numbers, n_trials),
+            )
             if guide is not None and any(k.sim and not k.sim_build for k in stage.knobs)
             else None,
         )

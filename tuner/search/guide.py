@@ -21,6 +21,15 @@ Every start of the engine costs minutes, so within a stage the serving model
   number of candidates the model screened. A well-predicted configuration is thus measured
   because the model ranks it well above the best, a transferred one because the model is
   least sure of it.
+- **A stage's last trial** (once the stage has measured one of its own; tuner/run/sizing.py
+  ``last_of_stage``): of the candidates worth a start, the one whose prediction's pessimistic
+  end is highest. A start spent on what the model is least sure of pays where a later trial of
+  the stage can follow up what it shows; the last has none after it, and the stage hands on
+  what it measured. (The README command on the Xeon, 2026-12-06 13:52: the stage's second and
+  last trial measured a build not measured yet, every token streamed, at the 497 sequences the
+  model found best for the build measured first, coarse streaming; that build at that setting,
+  the best of a grid measured within the hour, was never measured, and the recommendation
+  held 0.935 of the grid's best.)
 
 Each measured trial keeps the prediction it was chosen on (``TrialReport.predicted``), and,
 once measured, what the same step model predicts at the load its figures were measured at, so
@@ -213,9 +222,12 @@ class Guide:
         return kv_bytes_per_token(self.st.model_path, params.get("kv_cache_dtype"))
 
     # ------------------------------------------------------------ the choice
-    def propose(self, stage: Stage, carried: dict[str, Any], tried: set[tuple]) -> Candidate | None:
+    def propose(
+        self, stage: Stage, carried: dict[str, Any], tried: set[tuple], *, last: bool = False
+    ) -> Candidate | None:
         """The stage's next configuration to measure, or None: nothing the model screened
-        is expected to gain enough over the best measured configuration."""
+        is expected to gain enough over the best measured configuration. ``last``: the stage's
+        last trial, chosen for its surest gain (the module docstring)."""
         sim = [k for k in stage.knobs if k.sim is not None and not k.sim_build]
         fits = self.fits()
         if not sim or not fits:
@@ -245,7 +257,10 @@ class Guide:
         worth = [(g, c) for g, c in gains if g >= MIN_GAIN * self.st.opts.tie_band * score]
         if not worth:
             return None
-        chosen = max(worth, key=lambda gc: (gc[0], gc[1].prediction.tokens_per_s))[1]
+        if last:
+            chosen = max(worth, key=lambda gc: (gc[1].prediction.low, gc[0]))[1]
+        else:
+            chosen = max(worth, key=lambda gc: (gc[0], gc[1].prediction.tokens_per_s))[1]
         self._chosen = ({**carried, **chosen.params}, chosen)
         return chosen
 
