@@ -19,7 +19,7 @@ random search, against the best of a measured grid.
    grid as the first, with every seed.
    - **guided**: tuner/search/guide.py's rule. Every configuration not measured yet is predicted by
      the serving model calibrated on the records of the picks so far (tuner/servemodel/), and
-     the one with the highest expected gain over the best measured (``guide.expected_gain``,
+     the one with the highest expected gain over the best measured (``choice.expected_gain``,
      the spread from the error of the predictions measured so far) is measured next.
    - **without the model**: Optuna's TPE sampler over the grid's values, as the batching stage
      samples with ``--no-serving-model`` (``n_startup_trials=3``, multivariate), seeded.
@@ -68,7 +68,8 @@ from probes.records import RequestRecord  # noqa: E402
 from tuner.engines.base import EngineStartError  # noqa: E402
 from tuner.engines.models import ModelError  # noqa: E402
 from tuner.runs.probe_run import ProbeError, parse_params  # noqa: E402
-from tuner.search.guide import SCREEN_HORIZON_S, SCREEN_RESOLUTION, Candidate, expected_gain  # noqa: E402
+from tuner.search.choice import Candidate, expected_gain  # noqa: E402
+from tuner.search.guide import SCREEN_HORIZON_S, SCREEN_RESOLUTION  # noqa: E402
 from tuner.servemodel.calibrate import calibrate  # noqa: E402
 from tuner.servemodel.predict import predict  # noqa: E402
 from tuner.servemodel.scheduler import SimulationError  # noqa: E402

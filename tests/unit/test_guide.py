@@ -17,7 +17,8 @@ from tuner.report.model_errors import model_errors
 from tuner.report.schema import PointReport, PredictedReport, TrialReport
 from tuner.run.state import RunState
 from tuner.search.calibration import BuildFit
-from tuner.search.guide import MIN_GAIN, Candidate, Guide, expected_gain
+from tuner.search.choice import MIN_GAIN, Candidate, expected_gain
+from tuner.search.guide import Guide
 from tuner.search.screen import screen
 from tuner.search.study import config_key
 from tuner.servemodel.load import cycled, poisson

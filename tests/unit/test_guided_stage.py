@@ -7,7 +7,8 @@ from typing import Any
 
 from tests.unit.run_state import run_state
 from tuner.run.guided_stage import GuidedStage
-from tuner.search.guide import Candidate, Guide
+from tuner.search.choice import Candidate
+from tuner.search.guide import Guide
 from tuner.search.study import config_key
 from tuner.spaces.space import Stage
 

@@ -15,21 +15,9 @@ Every start of the engine costs minutes, so within a stage the serving model
   scaled to its bytes by the probe's roofline where the probe can say (``roofline``, as weak:
   tuner/servemodel/roofline.py). A new build costs one measured configuration to calibrate,
   and the progress line says so.
-- **The choice**: the candidate with the highest expected gain over the best measured score
-  (``expected_gain``: the prediction taken as normal, its model spread as the 90 % half-width),
-  if that gain is at least ``MIN_GAIN`` of the tie band; otherwise the stage stops, with the
-  number of candidates the model screened. A well-predicted configuration is thus measured
-  because the model ranks it well above the best, a transferred one because the model is
-  least sure of it.
-- **A stage's last trial** (once the stage has measured one of its own; tuner/run/sizing.py
-  ``last_of_stage``): of the candidates worth a start, the one whose prediction's pessimistic
-  end is highest. A start spent on what the model is least sure of pays where a later trial of
-  the stage can follow up what it shows; the last has none after it, and the stage hands on
-  what it measured. (The README command on the Xeon, 2026-12-06 13:52: the stage's second and
-  last trial measured a build not measured yet, every token streamed, at the 497 sequences the
-  model found best for the build measured first, coarse streaming; that build at that setting,
-  the best of a grid measured within the hour, was never measured, and the recommendation
-  held 0.935 of the grid's best.)
+- **The choice** (tuner/search/choice.py): the candidate with the highest expected gain over
+  the best measured score, or, for a stage's last trial, the surest gain; where none is worth a
+  start, the stage stops, with the number of candidates the model screened.
 
 Each measured trial keeps the prediction it was chosen on (``TrialReport.predicted``), and,
 once measured, what the same step model predicts at the load its figures were measured at, so
@@ -41,21 +29,19 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from scipy.stats import norm
-
 from probes.drift import HORIZON_S
 from probes.records import RequestRecord
 from tuner.report.model_errors import model_errors
 from tuner.report.schema import PredictedReport, TrialReport
 from tuner.search.calibration import BuildFit, Calibration, build_key, probe_points
 from tuner.search.calibration import lengths_of as calibration_lengths
+from tuner.search.choice import Candidate, choose
 from tuner.search.screen import screen
 from tuner.search.study import config_key
 from tuner.servemodel.configs import build_label, build_of, kv_bytes_per_token, sim_knobs
 from tuner.servemodel.load import Lengths, cycled
 from tuner.servemodel.predict import (
     RESOLUTION,
-    Prediction,
     Simulator,
     Spread,
     mean_of,
@@ -72,24 +58,11 @@ from tuner.storage.records import RecordsMissing, read_records, records_path
 if TYPE_CHECKING:
     from tuner.run.state import RunState
 
-# A candidate is measured only if its expected gain is at least this share of the tie band
-# (times the best score): a prediction level with the best, and as sure as a calibrated one,
-# is not worth a start.
-MIN_GAIN = 0.5
-Z90 = 1.645  # the normal quantile of a 90 % two-sided interval
 SCREEN_TRIALS = 200  # distinct candidates the model screens per calibrated build and proposal
 SCREEN_RESOLUTION = 0.05  # a screened candidate's capacity is bracketed this finely (the tie band)
 # Seconds of arrivals per simulated point of a screened candidate: a screen ranks, and its best
 # two are predicted again with the full horizon and the bootstrap before one is chosen.
 SCREEN_HORIZON_S = 15.0
-
-
-@dataclass
-class Candidate:
-    params: dict[str, Any]  # the stage's knobs
-    prediction: Prediction
-    basis: str
-    build_trials: list[int]
 
 
 @dataclass
@@ -253,14 +226,9 @@ class Guide:
             if config_key(c.params) not in tried and not self._refused(carried, c.params)
         ]
         score = (best.score_tokens_per_s or 0.0) if best else 0.0
-        gains = [(expected_gain(c, score), c) for c in cands]
-        worth = [(g, c) for g, c in gains if g >= MIN_GAIN * self.st.opts.tie_band * score]
-        if not worth:
+        chosen = choose(cands, score, self.st.opts.tie_band, last=last)
+        if chosen is None:
             return None
-        if last:
-            chosen = max(worth, key=lambda gc: (gc[1].prediction.low, gc[0]))[1]
-        else:
-            chosen = max(worth, key=lambda gc: (gc[0], gc[1].prediction.tokens_per_s))[1]
         self._chosen = ({**carried, **chosen.params}, chosen)
         return chosen
 
@@ -448,13 +416,3 @@ def _in_range(knobs: list[Knob], params: dict[str, Any]) -> dict[str, Any]:
             v = k.choices[0]
         out[k.name] = v
     return out
-
-
-def expected_gain(c: Candidate, best: float) -> float:
-    """Expected improvement over the best measured score (tokens/s), taking the prediction
-    as normal with its model spread as the 90 % half-width (the run-to-run term is left
-    out: it is the measurement's noise, not the model's doubt)."""
-    mu = c.prediction.tokens_per_s
-    sigma = max(c.prediction.spread_model * mu / Z90, 1e-9)
-    z = (mu - best) / sigma
-    return float(sigma * (z * norm.cdf(z) + norm.pdf(z)))
