@@ -138,7 +138,7 @@ def test_the_neighbour_is_auto_unless_given(
 
 
 def test_the_defaults_are_the_options_own(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Left out, every flag is what tuner/options.py says: the CLI writes no default of its own."""
+    """Left out, every flag is what tuner/options/ says: the CLI writes no default of its own."""
     from probes.slo import parse_slos
     from tuner import api
     from tuner.options import DEFAULT_SLO, DEFAULT_WORKLOAD, TuneOptions

@@ -1,5 +1,5 @@
 """The command line (typer, thin): parses, and hands over to tuner.api. Its defaults and every
-check on the values it parses are tuner/options.py's; a check's error is its one line here.
+check on the values it parses are tuner/options/'s; a check's error is its one line here.
 
 Tuning is the root command:
 

@@ -1,5 +1,4 @@
-"""What a tuning run is asked to do: ``TuneOptions``, with every check on its values, and the
-other commands' defaults and checks (``check_probe``, ``check_report``, ``check_compare``).
+"""What a tuning run is asked to do: ``TuneOptions``, with every check on its values.
 
 The CLI parses strings (durations, percentages) and builds one; the Python API takes one. Either
 way the checks here run before anything starts, so ``api.tune`` refuses what the CLI refuses,
@@ -342,63 +341,6 @@ def check_engine(engine: str) -> None:
     from tuner.engines import check_engine as known
 
     known(engine)
-
-
-def check_probe(
-    *,
-    model: str | None,
-    endpoint: str | None,
-    concurrency: int | None,
-    rate: float | None,
-    requests: int,
-    warmup: int,
-    params: list[str],
-) -> None:
-    """Raises ValueError, one line naming the flag, where ``autotune probe``'s options do not
-    go together."""
-    if (model is None) == (endpoint is None):
-        raise ValueError("give either --model (to start a server) or --endpoint (a running one)")
-    if concurrency is not None and rate is not None:
-        raise ValueError("give --concurrency or --rate, not both")
-    if concurrency is not None and concurrency < 1:
-        raise ValueError(f"--concurrency must be >= 1, got {concurrency}")
-    if rate is not None and rate <= 0:
-        raise ValueError(f"--rate must be > 0, got {rate}")
-    if requests < 1 or warmup < 0:
-        raise ValueError("--requests must be >= 1 and --warmup >= 0")
-    if params and model is None:
-        raise ValueError(
-            "--param goes with --model: an endpoint's settings are not autotune's to change"
-        )
-
-
-def check_report(
-    *,
-    fmt: str,
-    formats: set[str],
-    run_dir: Path | None,
-    storage: str | None,
-    study: str | None,
-    slo: list[str],
-    max_error_rate: float | None,
-) -> None:
-    """Raises ValueError, one line naming the flag, where ``autotune report``'s options do not
-    go together (``formats``: ``fmt``'s comma-separated names)."""
-    if not formats or formats - set(FORMATS):
-        *names, last = FORMATS
-        raise ValueError(f"--format {fmt!r}: give {', '.join(names)} or {last}, comma-separated")
-    if (run_dir is None) == (storage is None):
-        raise ValueError("give a run folder, or --storage URL --study NAME for a shared study")
-    if storage is not None and (study is None or slo):
-        raise ValueError("--storage goes with --study NAME (and no --slo)")
-    if storage is None and max_error_rate is not None:
-        check_error_rate(max_error_rate)
-
-
-def check_compare(run_dirs: list[Path]) -> None:
-    """Raises ValueError where ``autotune compare`` has fewer than two folders to compare."""
-    if len(run_dirs) < 2:
-        raise ValueError("give two or more run folders to compare")
 
 
 def _check_arrivals(wl: Workload, load_model: str, flag: str) -> None:
