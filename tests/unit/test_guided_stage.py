@@ -93,3 +93,33 @@ def test_the_stages_last_trial_is_told_to_the_model_and_said(tmp_path: Path) -> 
     assert g.propose(STAGE, {}, set(), last=lambda: True) == {"max_num_seqs": 16}
     assert guide.told == [False, True]
     assert "the stage's last" not in said[0] and "next (the stage's last" in said[1]
+
+
+class ExpectsNothing(Guide):
+    """A calibrated model that expects no configuration to beat the best."""
+
+    def fits(self) -> dict[str, Any]:
+        return {"b": object()}
+
+    def propose(
+        self, stage: Stage, carried: dict[str, Any], tried: set[tuple], *, last: bool = False
+    ) -> None:
+        return None
+
+
+def test_a_model_expecting_nothing_is_checked_by_the_stages_first_candidate(
+    tmp_path: Path,
+) -> None:
+    st = run_state(tmp_path)
+    said: list[str] = []
+    st.say = said.append
+    g = GuidedStage(st, ExpectsNothing(st))
+    # the stage has measured none of its own: its first candidate is measured to check
+    assert g.propose(STAGE, {}, set(), started=[]) == {"max_num_seqs": 16}
+    assert "its first candidate is measured to check that" in said[-1]
+    # once it has measured one, the model's expectation stops it, with the reason
+    why = g.propose(STAGE, {}, {config_key({"max_num_seqs": 16})}, started=[1])
+    assert isinstance(why, str) and why.startswith("the serving model expects none of the")
+    # no candidate left: the expectation stops it too
+    every = {config_key(c) for c in STAGE.candidates}
+    assert isinstance(g.propose(STAGE, {}, every, started=[]), str)

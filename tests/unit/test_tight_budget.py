@@ -89,6 +89,10 @@ def test_a_tight_budget_confirms_the_leader_in_place_and_the_baseline_last(
     md = (runner.out / "report.md").read_text()
     assert "requests (trial 1's own start from its launch command" in md
     assert "after a fresh start" not in md
+    # the stage table's confirmed row says where it was measured, as the sentence above does
+    assert "| confirmed | trial 1, its search's own start, " in md
+    assert "| confirmed | trial 1, fresh start" not in md
+    assert "confirmed on a fresh start" not in (runner.out / "report.html").read_text()
     on_disk = json.loads((runner.out / "report.json").read_text())
     assert on_disk["recommended"]["from_trial"] == 1
     # The in-place confirmation is in trial 1's checkpoint: a resume would not measure it again.

@@ -297,6 +297,8 @@ def build(r: Report, files: list[str] | None = None) -> ReportView:
         )
         verdict = (
             "meets every SLO (confirmed on a fresh start)"
+            if rec.meets_slo and rec.fresh_start
+            else "meets every SLO (confirmed on its search's own start)"
             if rec.meets_slo
             else "does NOT meet every SLO with the headroom asked, or had too few requests"
         )

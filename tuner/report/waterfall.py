@@ -10,7 +10,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 from tuner.report.render_cells import lower_bound, quality_text, ratio_word, speculative_text
-from tuner.report.schema import Report, StageReport, TrialReport
+from tuner.report.schema import Recommendation, Report, StageReport, TrialReport
 from tuner.report.text import load_text
 
 
@@ -132,7 +132,7 @@ def waterfall_steps(r: Report) -> list[Step]:
                 ttft_p99=m.ttft_ms.p99,
                 tpot_p50=m.tpot_ms.p50,
                 tpot_p99=m.tpot_ms.p99,
-                note=f"fresh start, {rec.n_requests} requests",
+                note=f"{_where(rec)}, {rec.n_requests} requests",
                 kind="confirmed",
                 vs_baseline=rec.gain_vs_baseline,
                 quality=quality_text(m.quality),
@@ -143,3 +143,9 @@ def waterfall_steps(r: Report) -> list[Step]:
             )
         )
     return steps
+
+
+def _where(rec: Recommendation) -> str:
+    """Where the claim was measured: a fresh start of its launch command, or the server its
+    search ran on (the time budget held no restart: tuner/run/sizing.py ``confirm_in_place``)."""
+    return "fresh start" if rec.fresh_start else "its search's own start"

@@ -127,3 +127,11 @@ def rejection(ex: Exactness, accept_divergence: bool) -> str | None:
         f"speculative decoding changed the greedy outputs ({describe(ex)}); "
         "--accept-divergence allows it"
     )
+
+
+def quality_rejection(q: QualityCheck, limit_pct: float) -> str:
+    """Why a configuration whose quality figure ``q`` is over the limit may not be recommended."""
+    return (
+        f"quality: {q.metric} degraded {q.degradation_pct:.2f} % against the baseline, over "
+        f"the {limit_pct:g} % allowed"
+    )

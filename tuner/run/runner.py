@@ -45,7 +45,7 @@ from tuner.engines.hardware import Hardware, detect_hardware
 from tuner.engines.lifetime import sweep
 from tuner.options import TuneOptions, auto_neighbour
 from tuner.report.schema import Report
-from tuner.run import held_out, stages, stop, worker
+from tuner.run import budget_hint, held_out, stages, stop, worker
 from tuner.run.assemble import RunStatus, assemble, write_report
 from tuner.run.budget import Budget, PhaseTimes
 from tuner.run.checkpoint import Replay
@@ -179,6 +179,9 @@ class Runner:
         try:
             stages.search(st, self.evaluator)
             self._confirm()
+            if (few := budget_hint.hint(st)) is not None:
+                st.notes.append(few[0].upper() + few[1:] + ".")
+                self.say(few)
             self._close_store()
         except KeyboardInterrupt:
             status = "interrupted"

@@ -200,6 +200,7 @@ def search(st: RunState, ev: Evaluator) -> None:
                 stage,
                 dict(carried),
                 last=partial(sizing.last_of_stage, st, numbers, n_trials),
+                started=numbers,
             )
             if guide is not None and any(k.sim and not k.sim_build for k in stage.knobs)
             else None,

@@ -36,6 +36,7 @@ from tuner.run import (
     stop,
 )
 from tuner.run.gate_steps import GateSteps
+from tuner.run.gates import quality_rejection
 from tuner.run.measure import point_line
 from tuner.run.quality_paid import unpaid_reason
 from tuner.run.scoring import abandon_reason, under_capacity
@@ -159,6 +160,8 @@ class Evaluator:
         # figure (bounded by tuner.run.gates.QUALITY_BUDGET_S).
         if quantised and not self.gates.quality(server, trial, label):
             return
+        if quantised and self.gates.refused_unmeasured(trial, label):
+            return
         if not baseline and start.no_reference(st, best):
             # No capacity to start from (the baseline met the SLOs at no load): a closed-loop
             # warm-up says what this configuration completes a second, where the rate search
@@ -234,10 +237,7 @@ class Evaluator:
             if trial.metrics is not None:
                 trial.metrics.quality = trial.quality
             if not trial.quality.holds:
-                trial.rejected = (
-                    f"quality: {trial.quality.metric} degraded {trial.quality.degradation_pct:.2f} "
-                    f"% against the baseline, over the {st.quality_limit:g} % allowed"
-                )
+                trial.rejected = quality_rejection(trial.quality, st.quality_limit)
         if trial.status in ("ok", "abandoned", "infeasible"):
             # Also where it lost on speed: whether speculation changed outputs is a finding.
             self.gates.exactness(server, trial, tdir, label, best)
