@@ -324,7 +324,7 @@ def last_of_stage(st: RunState, started: list[int], planned: int) -> bool:
     """Whether the trial about to start is its stage's last after one of its own
     (``started``): the stage's planned trials, or its share of the time budget, hold no other
     after it (``time_left_reason`` asks the same of the next one). The serving model chooses
-    such a trial for its surest gain (tuner/search/guide.py ``propose``)."""
+    such a trial for its surest gain (tuner/search/choice.py)."""
     if not started:
         return False
     if planned - len(started) <= 1:
