@@ -17,8 +17,10 @@ random search, against the best of a measured grid.
    capacity, and its records). Every method starts from the same configuration and gets
    ``--starts`` starts in all; the replay runs every method from every configuration of the
    grid as the first, with every seed.
-   - **guided**: tuner/search/guide.py's rule. Every configuration not measured yet is predicted by
-     the serving model calibrated on the records of the picks so far (tuner/servemodel/), and
+   - **guided**: tuner/search/choice.py's rule (the largest expected gain; the benchmark
+     leaves out the surest-gain rule of a stage's last trial). Every configuration not measured
+     yet is predicted by the serving model calibrated on the records of the picks so far
+     (tuner/servemodel/), and
      the one with the highest expected gain over the best measured (``choice.expected_gain``,
      the spread from the error of the predictions measured so far) is measured next.
    - **without the model**: Optuna's TPE sampler over the grid's values, as the batching stage
@@ -165,7 +167,7 @@ class Grid:
 
 
 def guided(g: Grid, first: tuple[int, int], starts: int, seed: int) -> list[tuple[int, int]]:
-    """tuner/search/guide.py's rule on the grid (see the module docstring)."""
+    """tuner/search/choice.py's rule on the grid (see the module docstring)."""
     picked = [first]
     errors: list[float] = []
     b = g.b

@@ -33,10 +33,10 @@ def test_a_budget_that_held_one_trial_says_what_would_hold_the_few(tmp_path: Pat
     per = budget_hint.configuration_s(st)
     # a start (the one after the first: 53 s), a warm-up and two points of 20 s
     assert per == 53.0 + 13.0 + 2 * 20.0
-    line = budget_hint.hint(st)
+    line = budget_hint.hint(st, out_of_time=True)
     assert line is not None
     assert line.startswith(
-        "time budget: 13 min measured 2 configurations (the baseline and 1 trial)"
+        "time budget: 13 min started 2 configurations (the baseline and 1 trial)"
     )
     # two trials more of ``per`` each, after the 756 s spent
     minutes = -(-(756.0 + 2 * per) // 60)
@@ -47,14 +47,14 @@ def test_no_hint_with_time_left_or_the_few_measured_or_no_budget(tmp_path: Path)
     clock = Clock()
     (tmp_path / "a").mkdir()
     st = _slow_run(tmp_path / "a", clock)
-    clock.t = 300.0  # the search stopped with time left: the model expected no gain
-    assert budget_hint.hint(st) is None
-    clock.t = 756.0
-    assert budget_hint.hint(st) is not None
+    clock.t = 756.0  # the confirmation took what was left, whatever stopped the search
+    # the search stopped with room for another trial: the model expected no gain
+    assert budget_hint.hint(st, out_of_time=False) is None
+    assert budget_hint.hint(st, out_of_time=True) is not None
     st.trials = st.trials * 3  # the few were measured
-    assert budget_hint.hint(st) is None
+    assert budget_hint.hint(st, out_of_time=True) is None
     (tmp_path / "b").mkdir()
     unbounded = run_state(tmp_path / "b", budget_s=None)
     unbounded.launches = True
     unbounded.baseline = _trial(0, 50.0, 7.6)
-    assert budget_hint.hint(unbounded) is None
+    assert budget_hint.hint(unbounded, out_of_time=True) is None

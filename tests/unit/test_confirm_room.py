@@ -1,13 +1,18 @@
-"""tuner/run/confirmation.py ``room_for``: until a try has held, a final confirmation's try
-grows only into time that still leaves a second try of as many requests (a scripted clock)."""
+"""tuner/run/confirmation.py ``room_for``: until a try has met the SLOs, a final confirmation's
+try grows only into time that still leaves a second, lower try of as many requests, where the
+time left holds both whole and another try is allowed (a scripted clock)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from probes.metrics import Verdict
 from tests.unit.run_state import run_state
 from tests.unit.test_sizing import Clock, _trial
 from tuner.run.confirmation import Confirmation
+from tuner.scoring.confirm import STEP_DOWN_FLOOR
+
+X, N = 4.69, 505
 
 
 def _confirmation(tmp_path: Path, clock: Clock, *, baseline: bool = False) -> Confirmation:
@@ -20,22 +25,38 @@ def _confirmation(tmp_path: Path, clock: Clock, *, baseline: bool = False) -> Co
     )  # fmt: skip
 
 
-def test_a_try_keeps_a_second_ones_time_until_one_has_held(tmp_path: Path) -> None:
+def _verdict(holds: bool, margin: float, provisional: bool = False) -> Verdict:
+    return Verdict(holds=holds, provisional=provisional, worst_margin=margin, checks=[])
+
+
+def test_a_try_keeps_a_second_lower_ones_time_until_one_has_met(tmp_path: Path) -> None:
     clock = Clock()
     c = _confirmation(tmp_path, clock)
-    x, n = 4.69, 505
-    one = c.try_s(x, n)  # 505 requests at 4.69/s, then a lifetime: about 121 s
-    clock.t = 1200.0 - 10.0 - 2 * one - 60.0  # a minute over the try and a second one
-    assert c.room_for(x, n) == int(60.0 * x)  # the minute, not the second try's time
-    c.held = True  # once a try has held, the second try's time may go to growth too
-    assert c.room_for(x, n) == n  # capped at as many again
+    one, second = c.try_s(X, N), c.try_s(X * STEP_DOWN_FLOOR, N)
+    assert second > one  # the lower load's try takes longer
+    clock.t = 1200.0 - 10.0 - one - second - 60.0  # a minute over the try and a second one
+    assert c.room_for(X, N) == int(60.0 * X)  # the minute, not the second try's time
+    # a try that held without the headroom, or provisionally, has not met the SLOs
+    c.took(_verdict(True, -0.05))
+    c.took(_verdict(True, -0.5, provisional=True))
+    assert not c.held
+    assert c.tries == 2  # the third is the last allowed: nothing kept back after it
+    assert c.room_for(X, N) == N
+    c.tries = 0
+    c.took(_verdict(True, -0.5))  # met: the second try's time may go to growth too
+    assert c.held and c.room_for(X, N) == N
+
+
+def test_no_second_try_is_kept_where_the_time_left_holds_no_whole_one(tmp_path: Path) -> None:
+    clock = Clock()
+    c = _confirmation(tmp_path, clock)
+    one = c.try_s(X, N)
     clock.t = 1200.0 - 10.0 - one - 30.0  # half a minute over the try alone
-    assert c.room_for(x, n) == int(30.0 * x)
+    assert c.room_for(X, N) == int(30.0 * X)  # this try's growth is its one chance
 
 
 def test_the_baselines_try_keeps_nothing_back_for_a_second(tmp_path: Path) -> None:
     clock = Clock()
     c = _confirmation(tmp_path, clock, baseline=True)
-    x, n = 4.69, 505
-    clock.t = 1200.0 - 10.0 - c.try_s(x, n) - 30.0
-    assert c.room_for(x, n) == int(30.0 * x)
+    clock.t = 1200.0 - 10.0 - c.try_s(X, N) - 30.0
+    assert c.room_for(X, N) == int(30.0 * X)

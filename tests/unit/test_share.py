@@ -182,3 +182,9 @@ def test_a_stages_last_trial_is_known_by_its_planned_trials_or_its_share_of_the_
     assert not sizing.last_of_stage(st, [1], 6)
     clock.t = st.budget.stage_deadline - 150.0
     assert sizing.last_of_stage(st, [1], 6)
+    # a stage with a share to spare, but a whole budget that holds no trial after this one
+    clock.t = 200.0
+    st.budget.stage_deadline = float("inf")
+    assert not sizing.last_of_stage(st, [1], 6)
+    st.budget.deadline = 200.0 + 100.0 + 10.0  # this trial, then too little for another's gate
+    assert sizing.last_of_stage(st, [1], 6)

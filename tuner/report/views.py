@@ -26,7 +26,7 @@ from probes.metrics import Dist, LoadMetrics
 from tuner.report.held_out_view import HeldOutView, held_out_view
 from tuner.report.prediction_view import PredictionView, prediction_view
 from tuner.report.schema import Recommendation, Report, TrialReport
-from tuner.report.waterfall import Step, waterfall_steps
+from tuner.report.waterfall import Step, waterfall_steps, where_confirmed
 
 
 class View(BaseModel):
@@ -296,9 +296,7 @@ def build(r: Report, files: list[str] | None = None) -> ReportView:
             f"time per token p{pp} {_fmt(_at(m.tpot_ms, pp))}"
         )
         verdict = (
-            "meets every SLO (confirmed on a fresh start)"
-            if rec.meets_slo and rec.fresh_start
-            else "meets every SLO (confirmed on its search's own start)"
+            f"meets every SLO (confirmed on {where_confirmed(rec).replace('fresh', 'a fresh')})"
             if rec.meets_slo
             else "does NOT meet every SLO with the headroom asked, or had too few requests"
         )

@@ -132,7 +132,7 @@ def waterfall_steps(r: Report) -> list[Step]:
                 ttft_p99=m.ttft_ms.p99,
                 tpot_p50=m.tpot_ms.p50,
                 tpot_p99=m.tpot_ms.p99,
-                note=f"{_where(rec)}, {rec.n_requests} requests",
+                note=f"{where_confirmed(rec)}, {rec.n_requests} requests",
                 kind="confirmed",
                 vs_baseline=rec.gain_vs_baseline,
                 quality=quality_text(m.quality),
@@ -145,7 +145,10 @@ def waterfall_steps(r: Report) -> list[Step]:
     return steps
 
 
-def _where(rec: Recommendation) -> str:
-    """Where the claim was measured: a fresh start of its launch command, or the server its
-    search ran on (the time budget held no restart: tuner/run/sizing.py ``confirm_in_place``)."""
-    return "fresh start" if rec.fresh_start else "its search's own start"
+def where_confirmed(rec: Recommendation) -> str:
+    """Where the claim was measured: a fresh start of its launch command, the server its search
+    ran on (the time budget held no restart: tuner/run/sizing.py ``confirm_in_place``), or the
+    running endpoint autotune did not start."""
+    if rec.fresh_start:
+        return "fresh start"
+    return "its search's own start" if rec.launch_command is not None else "the running endpoint"

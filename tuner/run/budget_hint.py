@@ -32,26 +32,28 @@ def configuration_s(st: RunState) -> float:
     )
 
 
-def hint(st: RunState) -> str | None:
-    """The line said and noted at the end of a time-bounded run that measured fewer trials than
-    the first few it shares its budget between, with too little left for another (None: it
-    measured them, or stopped with time left, no budget, an attached endpoint, or a shared
-    study, whose workers measure side by side)."""
+def hint(st: RunState, out_of_time: bool) -> str | None:
+    """The line said and noted at the end of a time-bounded run that started fewer trials than
+    the first few it shares its budget between. ``out_of_time``: whether the search ended
+    with too little time for another trial (``sizing.another_trial_fits``, asked when it
+    ended, before the confirmation took what was left). None: it started them, or its search
+    stopped for another reason (the model expected no gain), no budget, an attached endpoint,
+    or a shared study, whose workers measure side by side."""
     budget = st.opts.time_budget_s
     few = min(share.FEW_TRIALS, st.opts.trials)
-    if budget is None or not st.launches or st.shared is not None or st.baseline is None:
+    if not out_of_time or budget is None or not st.launches or st.shared is not None:
+        return None
+    if st.baseline is None:
         return None
     missing = few - len(st.trials)
     if missing <= 0:
         return None
     per = configuration_s(st)
-    if st.budget.left() >= per:
-        return None  # the search stopped for another reason (the model expected no gain)
     need = st.clock.elapsed() + missing * per
     minutes = math.ceil(need / 60.0)
     measured = 1 + len(st.trials)
     return (
-        f"time budget: {budget / 60:.3g} min measured {measured} configuration"
+        f"time budget: {budget / 60:.3g} min started {measured} configuration"
         f"{'s' if measured > 1 else ''} (the baseline and {len(st.trials)} trial"
         f"{'s' if len(st.trials) != 1 else ''}); here one more took about {per:.0f} s (a start, "
         f"a warm-up and its load points), so --time-budget {minutes}m would hold about the "

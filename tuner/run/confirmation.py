@@ -26,7 +26,7 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from probes.metrics import LoadMetrics
+from probes.metrics import LoadMetrics, Verdict
 from probes.transient import START_SHARE
 from tuner.engines.base import EngineDied, EngineStartError, RunningServer, raise_if_died
 from tuner.report.schema import ConfirmTry, Recommendation, TrialReport
@@ -34,7 +34,14 @@ from tuner.run import sizing, stall, stop
 from tuner.run.measure import point_line
 from tuner.run.scoring import describe
 from tuner.run.state import RunState
-from tuner.scoring.confirm import ConfirmResult, Try, confirm, roomy, target_load
+from tuner.scoring.confirm import (
+    STEP_DOWN_FLOOR,
+    ConfirmResult,
+    Try,
+    confirm,
+    roomy,
+    target_load,
+)
 from tuner.scoring.estimate import Samples, estimate
 from tuner.storage.records import write_records
 
@@ -76,7 +83,9 @@ class Confirmation:
         else:  # the held-out check after it (--check-workload), where asked for
             self.reserve = sizing.held_out_s(st)
         self.stalled = False  # a try set aside as a stall at its start (once a confirmation)
-        self.held = False  # whether a try has held the SLOs yet
+        self.held = False  # whether a try has met the SLOs yet (with headroom, full-size)
+        self.tries = 0  # tries measured so far (a stall set aside not counted)
+        self.max_tries = 2 if baseline and self.budgeted else 3
 
     def n_for(self, x: float) -> int:
         st = self.st
@@ -103,13 +112,30 @@ class Confirmation:
         must fit. (A run tuned on a heavy-tailed workload on a slow AMD box, 2026-12-06 17:30:
         its one try grew from 505 to 819 requests, broke, and left 64 s too few for a second,
         so the recommendation did not meet the SLOs.)"""
-        keep_s = 0.0 if self.held or self.baseline else self.try_s(x, n)
         spare_s = (
-            self.st.budget.left(10.0 + self.reserve + keep_s) - self.try_s(x, n)
+            self.st.budget.left(10.0 + self.reserve + self.keep_s(x, n)) - self.try_s(x, n)
             if self.budgeted
             else None
         )
         return sizing.growth_room(n, spare_s, self.per_s(x))
+
+    def keep_s(self, x: float, n: int) -> float:
+        """What a try at ``x`` of ``n`` requests keeps back from its growth: a second try of as
+        many requests at the lower load the next try would be at, where no try has met the SLOs
+        yet, another is allowed, and the time left holds both whole (else a kept-back second
+        try would be cut short, provisional, and could not meet them either; growth is then
+        this try's one chance). The baseline's tries are whole or not made: nothing."""
+        if self.held or self.baseline or self.tries + 1 >= self.max_tries:
+            return 0.0
+        second = self.try_s(x * STEP_DOWN_FLOOR, n)
+        if self.st.budget.left(10.0 + self.reserve) < self.try_s(x, n) + second:
+            return 0.0
+        return second
+
+    def took(self, verdict: Verdict) -> None:
+        """A try was measured: whether it met the SLOs (with the headroom, full-size)."""
+        self.tries += 1
+        self.held = self.held or (roomy(verdict, self.st.opts.headroom) and not verdict.provisional)
 
     def may_try(self, x: float) -> str | None:
         need = self.try_s(x)
@@ -151,7 +177,7 @@ class Confirmation:
                 f"the percentile needs with the requests over its limit ({over or 'none'})"
             )
         write_records(self.cdir / f"{axis.slug(x)}.jsonl", m.records)
-        self.held = self.held or j.verdict.holds
+        self.took(j.verdict)
         st.say(f"{label}: {axis.label(x):<10} {point_line(m.metrics, j.verdict)}")
         raise_if_died(
             self.server, f"during its confirmation at {axis.label(x)}", m.metrics.n_failed > 0
@@ -183,7 +209,7 @@ class Confirmation:
             cons=st.cons,
             axis=axis,
             headroom=opts.headroom,
-            max_tries=2 if self.baseline and self.budgeted else 3,
+            max_tries=self.max_tries,
             may_try=self.may_try,
             start=first,
             load_margin=self.margin,

@@ -45,7 +45,7 @@ from tuner.engines.hardware import Hardware, detect_hardware
 from tuner.engines.lifetime import sweep
 from tuner.options import TuneOptions, auto_neighbour
 from tuner.report.schema import Report
-from tuner.run import budget_hint, held_out, stages, stop, worker
+from tuner.run import budget_hint, held_out, sizing, stages, stop, worker
 from tuner.run.assemble import RunStatus, assemble, write_report
 from tuner.run.budget import Budget, PhaseTimes
 from tuner.run.checkpoint import Replay
@@ -178,8 +178,9 @@ class Runner:
         self.say(f"run {st.run_id}; results in {self.out}")
         try:
             stages.search(st, self.evaluator)
+            out_of_time = not sizing.another_trial_fits(st)
             self._confirm()
-            if (few := budget_hint.hint(st)) is not None:
+            if (few := budget_hint.hint(st, out_of_time)) is not None:
                 st.notes.append(few[0].upper() + few[1:] + ".")
                 self.say(few)
             self._close_store()

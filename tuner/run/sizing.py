@@ -329,7 +329,10 @@ def last_of_stage(st: RunState, started: list[int], planned: int) -> bool:
         return False
     if planned - len(started) <= 1:
         return True
-    return not st.budget.stage_fits(2 * trial_estimate_s(st))
+    est = trial_estimate_s(st)
+    # the stage's share, or the whole budget with the run's end kept back (as
+    # ``another_trial_fits`` asks, after this trial)
+    return not st.budget.stage_fits(2 * est) or not st.budget.fits(est + _gate_s(st, None, False))
 
 
 def open_stage(st: RunState, n_trials: int, later_trials: int) -> None:

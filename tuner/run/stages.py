@@ -344,9 +344,12 @@ def outcome(t: TrialReport) -> Outcome:
         "autotune_status": t.status,
         "reason": t.rejected or t.error or "",
     }
+    if t.quality is not None and not t.quality.holds:
+        # over the quality limit: load-tested, or refused before its points under a time
+        # budget (tuner/run/gate_steps.py ``refused_unmeasured``); the sampler learns the margin
+        return Outcome("infeasible", 0.0, max(t.quality.margin, 1e-6), t, attrs=attrs)
     if t.status == "ok" and t.rejected:
-        m = t.quality.margin if t.quality and not t.quality.holds else 1.0
-        return Outcome("infeasible", 0.0, max(m, 1e-6), t, attrs=attrs)
+        return Outcome("infeasible", 0.0, 1.0, t, attrs=attrs)
     if t.status == "ok":
         held = [p.verdict.worst_margin for p in t.points if p.verdict.holds]
         if (e := t.estimate) is not None:
