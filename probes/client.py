@@ -21,6 +21,7 @@ object. The process's own CPU use over the window is reported with the figures.
 from __future__ import annotations
 
 import asyncio
+import gc
 import math
 import time
 from collections.abc import AsyncIterable, Callable, Sequence
@@ -382,13 +383,22 @@ def normalize_base_url(url: str) -> str:
 
 
 def run_load(client: LoadClient, requests: Sequence[PreparedRequest], **kw: object) -> LoadResult:
-    """Synchronous wrapper: one event loop per load point (uvloop where installed)."""
-    try:
-        import uvloop
+    """Synchronous wrapper: one event loop per load point (uvloop where installed).
 
+    The objects alive before the point are collected once and frozen (``gc.freeze``) while it
+    runs, so that no full collection of a large heap pauses the loop mid-point: in a process
+    that had imported the whole test suite, one paused it about 150 ms as a trace's first
+    requests were due, and each went out that late (a slow AMD box, 2026-12-06)."""
+    gc.collect()
+    gc.freeze()
+    try:
+        try:
+            import uvloop
+        except ImportError:
+            return asyncio.run(client.run(requests, **kw))  # type: ignore[arg-type]
         return uvloop.run(client.run(requests, **kw))  # type: ignore[arg-type]
-    except ImportError:
-        return asyncio.run(client.run(requests, **kw))  # type: ignore[arg-type]
+    finally:
+        gc.unfreeze()
 
 
 def arrival_offsets(n: int, rate_rps: float, seed: int) -> list[float]:

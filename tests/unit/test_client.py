@@ -606,3 +606,22 @@ def test_an_undecided_point_sends_everything() -> None:
             decided=lambda records, now: False,
         )
     assert len(result.records) == 30 and all(r.ok for r in result.records)
+
+
+def test_a_point_runs_with_the_heap_before_it_frozen_and_unfrozen_after() -> None:
+    import gc
+
+    from probes.client import LoadResult, run_load
+
+    seen: list[int] = []
+
+    class Client:
+        async def run(self, requests: Sequence[PreparedRequest], **kw: object) -> LoadResult:
+            seen.append(gc.get_freeze_count())
+            return LoadResult(records=[], warmup=[], client_cpu_pct=0.0, wall_s=0.0)
+
+    keep = [[] for _ in range(1000)]  # alive before the point (tracked): frozen while it runs
+    assert gc.get_freeze_count() == 0
+    run_load(Client(), [])  # type: ignore[arg-type]
+    assert seen and seen[0] >= len(keep)
+    assert gc.get_freeze_count() == 0  # the collector sees them again afterwards
