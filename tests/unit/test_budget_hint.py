@@ -29,7 +29,9 @@ def _slow_run(tmp_path: Path, clock: Clock) -> RunState:
 def test_a_budget_that_held_one_trial_says_what_would_hold_the_few(tmp_path: Path) -> None:
     clock = Clock()
     st = _slow_run(tmp_path, clock)
-    clock.t = 756.0  # 24 s left: too little for another configuration
+    # the run ended with 177 s left (the README command at 18:48): too little for a trial
+    # and the confirmation it would need
+    clock.t = 603.0
     per = budget_hint.configuration_s(st)
     # a start (the one after the first: 53 s), a warm-up and two points of 20 s
     assert per == 53.0 + 13.0 + 2 * 20.0
@@ -38,8 +40,10 @@ def test_a_budget_that_held_one_trial_says_what_would_hold_the_few(tmp_path: Pat
     assert line.startswith(
         "time budget: 13 min started 2 configurations (the baseline and 1 trial)"
     )
-    # two trials more of ``per`` each, after the 756 s spent
-    minutes = -(-(756.0 + 2 * per) // 60)
+    # two trials more of ``per`` each, beyond the whole 780 s (the 177 s left held none), not
+    # beyond the 603 s used: 17 minutes, not 14
+    minutes = -(-(BUDGET_S + 2 * per) // 60)
+    assert minutes == 17
     assert f"--time-budget {minutes:.0f}m would hold about the 4" in line
 
 

@@ -49,7 +49,10 @@ def hint(st: RunState, out_of_time: bool) -> str | None:
     if missing <= 0:
         return None
     per = configuration_s(st)
-    need = st.clock.elapsed() + missing * per
+    # The whole budget, not what the run used: a search that ended for lack of time left a
+    # tail too short for a trial and the confirmation it would need (the README command on the
+    # slow box, 18:48: 177 s, and "14m" would have held no more than 13 did).
+    need = max(st.clock.elapsed(), budget) + missing * per
     minutes = math.ceil(need / 60.0)
     measured = 1 + len(st.trials)
     return (
