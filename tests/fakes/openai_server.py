@@ -108,6 +108,8 @@ def build_app(
     break_every: int = 0,
     hang_every: int = 0,
     slow_ms: float = 0.0,
+    long_itl_ms: float | None = None,
+    long_above: int = 16,
 ) -> web.Application:
     """The aiohttp application; ``stats`` is filled in as requests arrive."""
     st = stats if stats is not None else Stats()
@@ -250,9 +252,11 @@ def build_app(
             await resp.write(chunk(None, role=True))  # role-only: not content
         slow = re.match(r"^(\[[^\]]*\] )?SLOW", _first_text(body, chat)) is not None
         await asyncio.sleep((ttft_ms + (slow_ms if slow else 0.0)) / 1000.0)
+        # a configuration tuned for short answers: long ones stream at another pace
+        itl = long_itl_ms if long_itl_ms is not None and n_out > long_above else itl_ms
         for i in range(n_out):
             if i:
-                await asyncio.sleep(itl_ms / 1000.0)
+                await asyncio.sleep(itl / 1000.0)
             await resp.write(chunk(f"tok{i} "))
             if cut and request.transport is not None:
                 request.transport.close()  # the stream breaks mid-answer
@@ -379,6 +383,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quality-loss", type=float, default=0.0)
     parser.add_argument("--speculative-config", default=None, help="JSON, as vLLM's")
     parser.add_argument("--diverge-at", type=int, default=-1)
+    parser.add_argument("--long-itl-ms", type=float, default=None, help="ITL past --long-above")
+    parser.add_argument("--long-above", type=int, default=16, help="output tokens")
     for fault in ("die-after", "die-above", "error-every", "break-every", "hang-every"):
         parser.add_argument(f"--{fault}", type=int, default=0)
     args, _unknown = parser.parse_known_args(argv)  # vLLM-style arguments are ignored
@@ -409,6 +415,8 @@ def main(argv: list[str] | None = None) -> int:
         error_every=args.error_every,
         break_every=args.break_every,
         hang_every=args.hang_every,
+        long_itl_ms=args.long_itl_ms,
+        long_above=args.long_above,
     )
     # No signal handlers of its own: SIGTERM ends it at once, as the default action does.
     web.run_app(

@@ -368,7 +368,7 @@ def test_the_next_point_is_costed_at_its_own_size_not_the_last_ones(tmp_path: Pa
     st.baseline = _trial(0, 40.0, 6.0)
     t = _trial(1, 40.0, 6.0)
     t.points = [_point(6.0, True, e2e_ms=8_000.0), _point(8.0, False, e2e_ms=12_000.0)]
-    reserve = sizing._reserve_s(st, t)
+    reserve = sizing.reserve_s(st, t)
     last_s = t.points[-1].metrics.duration_s  # 20 s
     planned_s = sizing.n_search(st, 6.0, t) / 6.0 + 12.0  # 36 s of arrivals, and a lifetime
     assert planned_s > last_s + 20.0

@@ -118,6 +118,14 @@ def tune_cmd(
             "lengths in another shape); repeatable; not in a time budget that cannot hold it",
         ),
     ] = [],  # noqa: B006
+    objective: Annotated[
+        str,
+        typer.Option(
+            help="what ranks configurations: tuned (their capacity on --workload) or robust "
+            "(their worst gain over the defaults on --workload and on each --check-workload, "
+            "each measured on the configuration's own server)",
+        ),
+    ] = default("objective"),
     load: Annotated[
         str,
         typer.Option(
@@ -282,6 +290,7 @@ def tune_cmd(
             slos=slos,
             workload=wl,
             check_workloads=checks,
+            objective=objective,
             engine=engine,
             load_model=load,
             salt=salt,

@@ -153,6 +153,10 @@ class TuneOptions(BaseModel):
     # each of these held-out workloads (tuner/run/held_out.py); "derived": one derived from the
     # tuned workload with another length shape (probes/derive.py).
     check_workloads: list[Workload | Literal["derived"]] = []
+    # What ranks configurations: "tuned", their score on the tuned workload; "robust", their
+    # worst gain over the baseline on it and on each --check-workload workload, each measured
+    # on the configuration's own server after its tuned search (tuner/run/objective.py).
+    objective: Literal["tuned", "robust"] = "tuned"
     command: list[str] = []
 
     @field_validator("command")
@@ -263,6 +267,17 @@ class TuneOptions(BaseModel):
 
     @model_validator(mode="after")
     def _held_out(self) -> TuneOptions:
+        if self.objective == "robust" and not self.check_workloads:
+            raise ValueError(
+                "--objective robust ranks each configuration by its worst gain over the tuned "
+                "workload and each --check-workload: give at least one (--check-workload "
+                "derived: one derived from the tuned workload with another length shape)"
+            )
+        if self.objective == "robust" and self.storage is not None:
+            raise ValueError(
+                "--objective robust is for one worker: a shared study (--storage) ranks its "
+                "workers' configurations on the tuned workload"
+            )
         if self.check_workloads and self.engine == "endpoint":
             raise ValueError(
                 "--check-workload compares the recommendation with the engine's defaults, "

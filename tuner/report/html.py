@@ -21,6 +21,9 @@ from tuner.report.html_held_out import INTRO as HELD_OUT_INTRO
 from tuner.report.html_held_out import held_out_html
 from tuner.report.html_model import INTRO as MODEL_INTRO
 from tuner.report.html_model import model_figure, model_table
+from tuner.report.html_objective import INTRO as ROBUST_INTRO
+from tuner.report.html_objective import robust_html
+from tuner.report.html_probe import probe_figure
 from tuner.report.text import ms_text
 from tuner.report.views import Point, ReportView
 
@@ -302,53 +305,6 @@ def waterfall_figure(v: ReportView) -> go.Figure:
     return fig
 
 
-def probe_figure(v: ReportView) -> go.Figure | None:
-    p = v.probe
-    if p is None:
-        return None
-    fig = make_subplots(
-        rows=1,
-        cols=2,
-        subplot_titles=("prefill: TTFT against prompt tokens (c=1)", "decoding by concurrency"),
-        specs=[[{}, {"secondary_y": True}]],
-    )
-    fig.add_trace(
-        go.Scatter(x=p.prompt_tokens, y=p.ttft_p50, mode="markers", name="TTFT p50"),
-        row=1,
-        col=1,
-    )
-    if p.fit_ttft is not None:
-        rate = f"{p.prefill_tokens_per_s:.0f} tok/s" if p.prefill_tokens_per_s else "fit"
-        fig.add_trace(
-            go.Scatter(x=p.prompt_tokens, y=p.fit_ttft, mode="lines", name=f"fit: {rate}"),
-            row=1,
-            col=1,
-        )
-    fig.add_trace(
-        go.Scatter(x=p.concurrency, y=p.tpot_p50, mode="lines+markers", name="TPOT p50 (ms)"),
-        row=1,
-        col=2,
-    )
-    fig.add_trace(
-        go.Scatter(
-            x=p.concurrency,
-            y=p.decode_tokens_per_s,
-            mode="lines+markers",
-            name="output tokens/s",
-        ),
-        row=1,
-        col=2,
-        secondary_y=True,
-    )
-    fig.update_xaxes(title_text="prompt tokens", row=1, col=1)
-    fig.update_yaxes(title_text="ms", row=1, col=1)
-    fig.update_xaxes(title_text="concurrency", row=1, col=2)
-    fig.update_yaxes(title_text="ms per token", row=1, col=2)
-    fig.update_yaxes(title_text="tokens/s", row=1, col=2, secondary_y=True)
-    fig.update_layout(height=420)
-    return fig
-
-
 def _answer(v: ReportView) -> str:
     ok = v.recommended is not None and v.verdict.startswith("meets")
     slos = ", ".join(f"{m} p{p} &le; {ms_text(limit)}" for m, p, limit in v.slos)
@@ -431,6 +387,8 @@ def render_html(v: ReportView) -> str:
     if v.held_out is not None:  # the answer's check on other traffic, first after it
         held = ("On workloads it was not tuned for", HELD_OUT_INTRO, held_out_html(v.held_out))
         sections.insert(0, held)
+    if v.robust is not None:  # what ranked the answer, before all else
+        sections.insert(0, ("Ranked by the worst gain", ROBUST_INTRO, robust_html(v.robust)))
     if "probe" in plots:
         sections.append(("Where the time goes", INTRO["probe"], plots["probe"] + _probe_tables(v)))
     if v.predictions is not None:

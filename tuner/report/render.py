@@ -20,6 +20,7 @@ from tuner.report.render_cells import (
 )
 from tuner.report.render_held_out import held_out_section
 from tuner.report.render_model import model_section
+from tuner.report.render_objective import robust_section
 from tuner.report.render_probe import probe_section
 from tuner.report.render_recommend import recommendation_section
 from tuner.report.render_rescore import rescored_section
@@ -69,6 +70,7 @@ def render_markdown(r: Report) -> str:
         out += [f"**Workload sent**: {sent}.", ""]
     out += rescored_section(r)
     out += recommendation_section(r)
+    out += robust_section(r)
     out += held_out_section(r)
     base = r.baseline
     if r.exactness is not None:

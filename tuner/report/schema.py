@@ -92,7 +92,8 @@ class TrialReport(Strict):
     # against load crosses the SLOs (tuner/scoring/estimate.py); ``estimate`` has its 90 % interval.
     score_tokens_per_s: float | None = None
     load: dict[str, float] | None = None  # that capacity (fractional: it is interpolated)
-    # The score its stage's search told Optuna (the trial's value in optuna.journal). Points
+    # The score its stage's search told Optuna (the trial's value in optuna.journal; under
+    # --objective robust the baseline's score times its worst gain: RunState.value). Points
     # measured later, side by side with a newer trial or in the confirmation, move
     # ``score_tokens_per_s``; a finished Optuna trial keeps what it was told.
     told_tokens_per_s: float | None = None
@@ -106,6 +107,26 @@ class TrialReport(Strict):
     exactness: Exactness | None = None  # where speculative decoding is on
     rejected: str | None = None  # why an ok trial may not be recommended
     predicted: PredictedReport | None = None  # the serving model's, before it was measured
+    # --objective robust (tuner/run/objective.py): its capacity on each --check-workload
+    # workload, on its own server after its tuned search, and the least of its gains over the
+    # baseline there and on the tuned workload (None: not measured on every workload).
+    across: list[AcrossReport] = []
+    worst_gain: float | None = None
+
+
+class AcrossReport(Strict):
+    """A configuration's capacity on one more workload of an ``--objective robust`` run,
+    searched on its own server after its tuned search and scored as a trial is: output
+    tokens/s at the estimated capacity there. Its points are in ``trials/<number>/``."""
+
+    workload: str  # the workload's spec
+    number: int  # the measurement's own number (tuner/run/objective.py ``number``)
+    status: TrialStatus
+    error: str | None = None
+    score_tokens_per_s: float | None = None
+    load: dict[str, float] | None = None
+    points: int = 0
+    gain: float | None = None  # its score over the baseline's there (None: not both scored)
 
 
 class ContrastReport(Strict):
@@ -271,6 +292,9 @@ class Report(Strict):
     screened: int = 0  # configurations the serving model predicted without starting them
     serving_model: ServingModelReport | None = None
     held_out: list[HeldOutReport] = []  # --check-workload: each held-out workload, side by side
+    # "tuned": configurations ranked by their score on the tuned workload; "robust": by their
+    # worst gain over the baseline across it and the --check-workload ones (objective.py).
+    objective: Literal["tuned", "robust"] = "tuned"
 
 
 def _umask() -> int:

@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict
 from probes.diagnose import prefill_fit
 from probes.metrics import Dist, LoadMetrics
 from tuner.report.held_out_view import HeldOutView, held_out_view
+from tuner.report.objective_view import RobustView, robust_view
 from tuner.report.prediction_view import PredictionView, prediction_view
 from tuner.report.schema import Recommendation, Report, TrialReport
 from tuner.report.waterfall import Step, waterfall_steps, where_confirmed
@@ -110,6 +111,7 @@ class ReportView(View):
     files: list[str]  # the export files beside the report
     predictions: PredictionView | None = None  # the serving model against measurement
     held_out: HeldOutView | None = None  # --check-workload: on workloads it was not tuned for
+    robust: RobustView | None = None  # --objective robust: ranked by the worst gain
 
 
 def pareto(pairs: list[tuple[float, float | None]]) -> list[bool]:
@@ -336,6 +338,7 @@ def build(r: Report, files: list[str] | None = None) -> ReportView:
         files=files or [],
         predictions=prediction_view(r),
         held_out=held_out_view(r),
+        robust=robust_view(r),
     )
 
 

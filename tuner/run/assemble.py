@@ -130,6 +130,7 @@ def assemble(
         screened=st.screened,
         serving_model=serving_model_report(st),
         held_out=st.held_out,
+        objective=st.opts.objective,
     )
 
 

@@ -5,10 +5,9 @@ A configuration tuned for one workload can lose on another (a hand-tuned GLM dep
 H200 gained 220 % on its target workload and lost 53 % against the defaults on ShareGPT-like
 traffic: GPUStack's performance lab, PR 5845). So, once the recommendation is confirmed, the
 baseline and then the recommendation are each started again from their launch commands, and on
-each server every held-out workload gets a capacity search of its own: tuner/scoring/capacity.py's
-``find_capacity`` over the Evaluator's own load points (tuner/run/trial.py ``point``: a fresh
-salt per point, its records, samples and verdict kept), scored as a trial is, by output tokens/s
-at the capacity estimated from all its points (tuner/scoring/estimate.py). The gain on a workload
+each server every held-out workload gets a capacity search of its own
+(tuner/run/workload_search.py), scored as a trial is, by output tokens/s at the capacity
+estimated from all its points. The gain on a workload
 is the recommendation's score over the baseline's, search figure over search figure (as the
 trials are compared), shown beside the tuned gain. ``derived`` is a workload derived from the
 tuned one with another length shape (probes/derive.py says what).
@@ -27,24 +26,18 @@ left.
 
 from __future__ import annotations
 
-import copy
 import math
-from functools import partial
 from typing import Literal
 
-from probes.derive import lengths
 from probes.describe import describe, sent
 from probes.records import RequestRecord
 from probes.workload import Workload
-from tuner.engines.base import EngineStartError, RunningServer
+from tuner.engines.base import EngineStartError
 from tuner.report.held_out_view import loses_sentence
 from tuner.report.schema import HeldOutReport, TrialReport
-from tuner.run import sizing
-from tuner.run.scoring import describe as describe_estimate
-from tuner.run.scoring import under_capacity
+from tuner.run import sizing, workload_search
 from tuner.run.state import RunState
 from tuner.run.trial import Evaluator
-from tuner.scoring.capacity import find_capacity
 from tuner.storage.records import RecordsMissing, read_records, records_path
 
 Side = Literal["baseline", "recommended"]
@@ -157,20 +150,6 @@ def _deadline(st: RunState, left_here: int, starts_after: int) -> float:
     return st.budget.now() + share
 
 
-def _time_left(st: RunState, trial: TrialReport, deadline: float, x: float) -> str | None:
-    """Stop a held-out capacity search whose next point (at load ``x``) would end after its
-    share of the budget: its arrivals as ``sizing.n_search`` sizes them (or its requests at
-    the last point's rate), then the last requests' lifetime; at least as long as the last."""
-    if not math.isfinite(deadline) or not trial.points:
-        return None
-    m = trial.points[-1].metrics
-    per_s = x if st.axis.kind == "rate" else max(m.requests_per_s, 1e-3)
-    need = sizing.n_search(st, x, trial) / max(per_s, 1e-3) + (m.e2e_ms.p50 or 0.0) / 1000.0
-    if st.budget.now() + max(need, m.duration_s) > deadline:
-        return "time budget: stopped at its share of the time left after the confirmation"
-    return None
-
-
 # ------------------------------------------------------------------ measuring
 def _side(
     st: RunState,
@@ -230,8 +209,10 @@ def _side(
                 label = f"held-out {k + 1}, {name}"
                 st.doing.config = wl.label
                 try:
-                    _capacity(st, ev, server, trial, wl, source, label, deadline)
+                    start = workload_search.start_from(st, _tuned_load(st, source), wl)
+                    workload_search.search(st, ev, server, trial, wl, start, label, deadline)
                 finally:
+                    _settle(st)
                     _describe(st, k, wl)
     except EngineStartError as exc:
         what = "failed to start" if k < 0 else "died"
@@ -239,91 +220,14 @@ def _side(
         st.say(f"held-out check: {name}: the engine {what}: {exc}")
 
 
-def _capacity(
-    st: RunState,
-    ev: Evaluator,
-    server: RunningServer,
-    trial: TrialReport,
-    wl: Workload,
-    source: TrialReport,
-    label: str,
-    deadline: float,
-) -> None:
-    """A trial's capacity search on workload ``wl``: the Evaluator's load points, measured by
-    the run's measurer with ``wl`` for its workload; scored from what it measured, also when
-    a Ctrl-C or a dying engine cut it short."""
-    assert st.measurer is not None
-    kept = st.measurer
-    measurer = copy.copy(kept)
-    measurer.workload = wl
-    start = _start(st, source, wl)
-    abandoned: str | None = None
-    st.measurer = measurer
-    try:
-        trial.warmup_s = measurer.warmup(server, start, st.model_path)
-        cap = find_capacity(
-            lambda x: ev.point(server, trial, x, sizing.n_search(st, x, trial), label),
-            start=start,
-            axis=st.axis,
-            rate_step=st.opts.rate_step,
-            should_stop=partial(_time_left, st, trial, deadline),
-            too_short=partial(sizing.too_short, st, trial),
-        )
-        abandoned = cap.abandoned
-    finally:
-        st.measurer = kept
-        _score(st, trial, abandoned)
-        _settle(st)
-        ev.save(trial)
-    if trial.status == "ok" and trial.estimate is not None:
-        st.say(f"{label}: capacity {describe_estimate(trial.estimate, st.axis)}")
-    else:
-        st.say(f"{label}: {trial.status}: {trial.error}")
-
-
-def _start(st: RunState, source: TrialReport, wl: Workload) -> float:
-    """Where a held-out capacity search starts: the configuration's capacity on the tuned
-    workload (the recommendation's, where the baseline had none), under the rate model scaled
-    by the tokens a request carries there against here: a first guess the search climbs or
-    descends from."""
+def _tuned_load(st: RunState, source: TrialReport) -> float | None:
+    """The configuration's capacity on the tuned workload (the recommendation's, where the
+    baseline had none): where its searches on the held-out workloads start, scaled."""
     rec = st.recommended
     x = st.load_of(source)
     if x is None and rec is not None:
         x = next((st.load_of(t) for t in st.measured() if t.number == rec.from_trial), None)
-    if x is None:
-        opts = st.opts
-        return (
-            float(opts.start_concurrency)
-            if st.axis.kind == "concurrency"
-            else (opts.start_rate_rps or 1.0)
-        )
-    tuned, here = lengths(st.opts.workload), lengths(wl)
-    if st.axis.kind == "rate" and tuned is not None and here is not None:
-        x *= (tuned.input_mean + tuned.output_mean) / (here.input_mean + here.output_mean)
-    return st.axis.floor(x)
-
-
-def _score(st: RunState, trial: TrialReport, abandoned: str | None) -> None:
-    """Status and score from the estimate over all the measurement's points, as a trial's."""
-    est = trial.estimate = st.estimate(trial.number)
-    if est is not None and est.censored != "below" and est.load is not None and not abandoned:
-        trial.status, trial.error = "ok", None
-        trial.score_tokens_per_s = est.tokens_per_s
-        trial.load = {st.axis.key: round(est.load, 3)}
-        if (p := under_capacity(trial.points, st.axis)) is not None:
-            trial.metrics = p.metrics
-        return
-    trial.score_tokens_per_s, trial.load = None, None
-    if trial.points:
-        trial.metrics = trial.points[-1].metrics
-    if abandoned:
-        trial.status, trial.error = "abandoned", abandoned
-    elif trial.points:
-        low = min(st.point_load(p) for p in trial.points)
-        trial.status = "infeasible"
-        trial.error = f"no load met the SLOs (lowest tried: {st.axis.label(low)})"
-    else:
-        trial.status, trial.error = "failed", "no load point was measured"
+    return x
 
 
 def _settle(st: RunState) -> None:

@@ -154,7 +154,8 @@ def trial_min_s(st: RunState, best: TrialReport | None = None) -> float:
         return startup + warmup + 60.0
     x = st.load_of(best) or 1.0
     point = n_search(st, x, best) / max(best.metrics.requests_per_s, 1e-3)
-    return startup + warmup + point
+    # --objective robust: a point on each other workload too, on the same server
+    return startup + warmup + point * (1 + len(st.opts.check_workloads) * st.robust)
 
 
 def confirm_try_s(st: RunState, best: TrialReport | None = None) -> float:
@@ -296,7 +297,7 @@ def confirm_in_place(st: RunState, trial: TrialReport, best: TrialReport | None)
         return False
     if unpaid_reason(trial, st.measured(), st.opts.tie_band):
         return False  # it does not lead: its quality cost is not paid (quality_paid.py)
-    if best is not None and trial.score_tokens_per_s < (best.score_tokens_per_s or 0.0):
+    if best is not None and st.value(trial) < st.value(best):
         return False
     return (
         st.budget.bounded
@@ -357,7 +358,7 @@ def points_time_left(
         need_s = max(
             last_s, _point_s(st, n_search(st, x, trial), x, m.requests_per_s, m.e2e_ms.p50)
         )
-    if not st.budget.fits(need_s, _reserve_s(st, trial)):
+    if not st.budget.fits(need_s, reserve_s(st, trial)):
         return "time budget: stopped measuring to keep time for the confirmation"
     if trial is not None and not st.budget.trial_fits(need_s + STOP_S) and not _unscored(trial):
         return (
@@ -378,11 +379,11 @@ def _unscored(trial: TrialReport) -> bool:
     return len(trial.points) == 1 and not trial.points[0].verdict.holds
 
 
-def _reserve_s(st: RunState, trial: TrialReport | None) -> float:
+def reserve_s(st: RunState, trial: TrialReport | None) -> float:
     """What a trial's capacity search keeps back for the confirmation. While the trial leads
-    (its estimate so far at least the best's score, or every load held), tries at its own
-    estimated capacity on its own server, where it is confirmed if time runs short
-    (``confirm_in_place``): two once its capacity is bracketed as narrowly as the search
+    (its estimate so far at least what it must beat, ``RunState.to_beat``, or every load
+    held), tries at its own estimated capacity on its own server, where it is confirmed if time
+    runs short (``confirm_in_place``): two once its capacity is bracketed as narrowly as the search
     refines it, else one, so that a point which narrows a wide bracket still fits. (Every load
     held: the capacity lies above the highest, and a try there is the longest the confirmation
     could take. A wide bracket: its straight-line crossing lies under the capacity, and a
@@ -404,7 +405,7 @@ def _reserve_s(st: RunState, trial: TrialReport | None) -> float:
     held = [p for p in trial.points if p.verdict.holds]
     if est is None or est.censored == "below" or not held:
         return end_reserve_s(st)
-    if est.censored != "above" and est.tokens_per_s < (best.score_tokens_per_s or 0.0):
+    if est.censored != "above" and est.tokens_per_s < st.to_beat(best):
         # Behind the best. (Censored above, every load held: its capacity lies above its
         # highest load, which is the best's capacity or more, and it leads so far.)
         return end_reserve_s(st)

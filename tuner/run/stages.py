@@ -150,7 +150,7 @@ def search(st: RunState, ev: Evaluator) -> None:
         stage_defaults = stage.defaults()
         if before is not None and None not in stage_defaults.values():
             # The configuration carried in is this stage's defaults: already measured.
-            known.append((stage_defaults, outcome(before)))
+            known.append((stage_defaults, outcome(before, st.value(before))))
         numbers: list[int] = []
 
         def evaluate(
@@ -174,7 +174,7 @@ def search(st: RunState, ev: Evaluator) -> None:
                 guide.after(t)
             st.trials.append(t)
             numbers.append(n)
-            told = outcome(t)
+            told = outcome(t, st.value(t))
             t.told_tokens_per_s = told.score if told.status == "ok" else None
             if shared is not None and handle is not None:
                 shared.publish(handle, worker.trial_doc(st, t))
@@ -334,9 +334,10 @@ def _contrast(
     return report
 
 
-def outcome(t: TrialReport) -> Outcome:
-    """What Optuna is told: a score, or a trial that violates its constraints (failed and
-    infeasible configurations included, so the sampler learns to avoid the region). Every
+def outcome(t: TrialReport, value: float | None = None) -> Outcome:
+    """What Optuna is told: a score (``value`` where given: what ranks it,
+    ``RunState.value``), or a trial that violates its constraints (failed and infeasible
+    configurations included, so the sampler learns to avoid the region). Every
     trial carries autotune's trial number, its status and why (user attributes, which
     optuna-dashboard shows)."""
     attrs: dict[str, Any] = {
@@ -360,7 +361,10 @@ def outcome(t: TrialReport) -> Outcome:
                 "censored": e.censored,
                 "points": e.n_points,
             }
-        return Outcome("ok", t.score_tokens_per_s or 0.0, min(held, default=0.0), t, attrs=attrs)
+        if t.worst_gain is not None:
+            attrs["worst_gain"] = t.worst_gain
+        score = t.score_tokens_per_s if value is None else value
+        return Outcome("ok", score or 0.0, min(held, default=0.0), t, attrs=attrs)
     if t.status == "infeasible":
         m = min((p.verdict.worst_margin for p in t.points), default=1.0)
         return Outcome("infeasible", 0.0, max(m, 1e-6), t, attrs=attrs)

@@ -21,12 +21,13 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from probes.diagnose import run_diagnosis
 from tuner.engines.base import EngineDied, EngineStartError, RunningServer, raise_if_died
 from tuner.report.schema import PointReport, PredictedReport, TrialReport, dump_json, write_atomic
 from tuner.run import (
     checkpoint,
     confirmation,
+    objective,
+    probe_step,
     reach,
     share,
     side_by_side,
@@ -44,10 +45,10 @@ from tuner.run.scoring import describe as describe_estimate
 from tuner.run.stall import StallRule
 from tuner.run.state import RunState
 from tuner.run.target import Target
-from tuner.scoring.capacity import PointOutcome, find_capacity
+from tuner.scoring.capacity import CapacityResult, PointOutcome, find_capacity
 from tuner.scoring.estimate import CapacityEstimate, Samples
 from tuner.spaces.space import found_in_log
-from tuner.storage.records import keep_records, write_records
+from tuner.storage.records import write_records
 
 
 class Evaluator:
@@ -174,7 +175,7 @@ class Evaluator:
             trial.warmup_s = st.measurer.warmup(server, start_at, st.model_path)
         if baseline:
             if st.opts.probe:
-                self._diagnose(server)
+                probe_step.diagnose(st, server, ignore_eos=self.target.ignore_eos)
             if why := reach.unreachable(st.diagnosis, st.cons):
                 # The quality gate's reference waits for the first configuration that meets
                 # the SLOs (unquantised, as the quantisation stage's start is): on this one it
@@ -201,12 +202,29 @@ class Evaluator:
             return
 
         def abandon(points: list[PointOutcome]) -> str | None:
-            if best is None:
+            if best is None or st.robust:  # it may lead on the other workloads (objective.py)
                 return None
             est = st.estimate(trial.number)
             return abandon_reason(est, best.estimate, best.number, len(points), st.opts.tie_band)
 
-        cap = find_capacity(
+        with objective.tuned_share(st):
+            cap = self._search(server, trial, label, start_at, baseline, abandon)
+        self._score(trial, cap.abandoned)
+        objective.across(st, self, server, trial, label)
+        self._after_search(server, trial, tdir, label, best, quantised=bool(quantised))
+
+    def _search(
+        self,
+        server: RunningServer,
+        trial: TrialReport,
+        label: str,
+        start_at: float,
+        baseline: bool,
+        abandon: Callable[[list[PointOutcome]], str | None],
+    ) -> CapacityResult:
+        """The trial's capacity search on the tuned workload."""
+        st = self.st
+        return find_capacity(
             lambda x: self.point(server, trial, x, sizing.n_search(st, x, trial), label),
             start=start_at,
             axis=st.axis,
@@ -220,7 +238,21 @@ class Evaluator:
             descend=start.PREDICTED_DESCEND if start.at_prediction(st, trial, start_at) else 0.5,
             aim=partial(self._aim, trial, label) if self.aim is not None else None,
         )
-        self._score(trial, cap.abandoned)
+
+    def _after_search(
+        self,
+        server: RunningServer,
+        trial: TrialReport,
+        tdir: Path,
+        label: str,
+        best: TrialReport | None,
+        *,
+        quantised: bool,
+    ) -> None:
+        """Once scored: the deferred quality reference, the baseline's confirmation, the
+        quality and exactness verdicts, the side-by-side repeat and the confirmation in place."""
+        st = self.st
+        baseline = trial.stage == "baseline"
         if (
             trial.status == "ok"
             and not quantised
@@ -244,7 +276,8 @@ class Evaluator:
         if trial.rejected:
             st.say(f"{label}: not recommendable: {trial.rejected}")
         elif trial.status == "ok" and best is not None:
-            side_by_side.repeat(st, self, server, trial, best)
+            if not st.robust:  # close on the tuned workload decides nothing there
+                side_by_side.repeat(st, self, server, trial, best)
             if why := unpaid_reason(trial, st.measured(), st.opts.tie_band):
                 st.notes.append(f"trial {trial.number} is not carried: {why}")
                 st.say(f"{label}: not carried: {why}")
@@ -372,7 +405,7 @@ class Evaluator:
             trial.metrics = p.metrics
         return est
 
-    # ------------------------------------------------------------ the probe
+    # ------------------------------------------------------------ the engine's log
     def _no_effect(self, params: dict[str, Any], log: Path) -> str | None:
         """A chosen option the engine's log says did nothing (the space's ``no_effect_log``)."""
         space = self.st.space
@@ -383,41 +416,3 @@ class Evaluator:
             if line := found_in_log(pattern, text):
                 return f"{choice} had no effect: the server log says {line[-200:]!r}"
         return None
-
-    def _diagnose(self, server: RunningServer) -> None:
-        """The probe, on the baseline server: where the time goes, which stages can pay off."""
-        st = self.st
-        assert st.client is not None
-        t0 = time.monotonic()
-        st.say("probe: measuring where the time goes on the baseline server")
-        st.client.base_url = server.base_url
-        # the serving model's calibration before any trial is measured (tuner/search/guide.py)
-        kept: dict[str, str] = {}
-
-        try:
-            st.diagnosis = run_diagnosis(
-                st.client,
-                served_model=server.served_model or st.model_path,
-                tokenizer=st.tokenizer,
-                workload=st.opts.workload,
-                load_concurrency=st.opts.start_concurrency,
-                series=st.engine.series,
-                model_dir=st.model_path if Path(st.model_path).is_dir() else None,
-                llc_text=st.hw.l3_cache,
-                device=st.hw.device,
-                seed=st.fresh_seed(),
-                ignore_eos=self.target.ignore_eos,
-                progress=st.say,
-                enough=lambda one: reach.unreachable_alone(one, st.cons) is not None,
-                keep=partial(keep_records, st.out / "probe", kept),
-                # beside the CPU neighbour every load point is measured beside (the model is
-                # calibrated on these sweeps and checked against those points)
-                neighbour_pct=st.opts.neighbour_cpu_pct or 0.0,
-            )
-            st.diagnosis.records_files = kept
-            st.say(f"probe: {st.diagnosis.verdict.summary}")
-        except Exception as exc:  # the probe informs the plan; the search can go on without it
-            st.notes.append(f"the probe failed ({type(exc).__name__}: {exc}); stages unplanned")
-            st.say(f"probe failed: {exc}")
-        st.probe_s = time.monotonic() - t0
-        st.clock.measure_s += st.probe_s

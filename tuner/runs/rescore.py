@@ -21,12 +21,14 @@ folder's own report stays as it was; the re-score goes to a folder of its own.
 from __future__ import annotations
 
 import math
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from probes.metrics import summarize
 from probes.slo import SLOSet, requests_needed
 from tuner.report.schema import Report, Rescored, SLOReport, StageReport, TrialReport
+from tuner.run import objective
 from tuner.run.quality_paid import may_lead
 from tuner.run.scoring import under_capacity
 from tuner.scoring.capacity import LoadAxis
@@ -90,6 +92,41 @@ def _trial(
         if t.status != "abandoned":
             update.update(status="ok", error=None)
     return t.model_copy(update=update), samples
+
+
+def _across(
+    run_dir: Path, report: Report, t: TrialReport, slos: SLOSet, max_error_rate: float
+) -> TrialReport:
+    """An ``--objective robust`` trial with its measurement on each other workload judged and
+    scored again (from its own record, ``trials/<number>/trial.json``)."""
+    across = []
+    for a in t.across:
+        path = run_dir / "trials" / f"{a.number:03d}" / "trial.json"
+        try:
+            sub = TrialReport.model_validate_json(path.read_bytes())
+        except (OSError, ValueError) as exc:
+            raise RescoreError(f"{path}: {exc}") from None
+        sub, _ = _trial(run_dir, report, sub, slos, max_error_rate)
+        across.append(
+            a.model_copy(
+                update={
+                    "status": sub.status,
+                    "error": sub.error,
+                    "score_tokens_per_s": sub.score_tokens_per_s,
+                    "load": sub.load,
+                    "gain": None,
+                }
+            )
+        )
+    return t.model_copy(update={"across": across, "worst_gain": None})
+
+
+def _rank(report: Report, base: TrialReport | None, t: TrialReport) -> float:
+    """What ranks a re-scored trial, as the run ranked it: its score, or under ``--objective
+    robust`` its worst gain (times the baseline's score: tuner/run/state.py ``value``)."""
+    if report.objective != "robust":
+        return t.score_tokens_per_s or 0.0
+    return ((base.score_tokens_per_s if base else None) or 0.0) * (t.worst_gain or 0.0)
 
 
 def _unanswerable(report: Report, t: TrialReport) -> str | None:
@@ -200,10 +237,17 @@ def rescore(
     again = [t for t, _ in scored]
     samples = {t.number: s for t, s in scored}
     by_number = {t.number: t for t in again}
+    base = by_number.get(0)
     # As the run chose: a quantised configuration only where its gain pays its quality cost.
     eligible = [t for t in may_lead(again) if t.score_tokens_per_s]
-    best = max(eligible, key=lambda t: t.score_tokens_per_s or 0.0, default=None)
-    base = by_number.get(0)
+    if report.objective == "robust":  # each across workload judged again too
+        again = [_across(run_dir, report, t, slos, err) for t in again]
+        by_number = {t.number: t for t in again}
+        base = by_number.get(0)
+        objective.settle_all(base, again, len(base.across) if base else 0)
+        ranked = {t.number for t in again if t.worst_gain is not None}
+        eligible = [by_number[t.number] for t in eligible if t.number in ranked]
+    best = max(eligible, key=partial(_rank, report, base), default=None)
     gain = (
         best.score_tokens_per_s / base.score_tokens_per_s
         if best and base and best.score_tokens_per_s and base.score_tokens_per_s

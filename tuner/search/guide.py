@@ -73,7 +73,7 @@ class Guide:
     screen_trials: int = SCREEN_TRIALS  # candidates screened per calibrated build and proposal
     _screened: set[tuple] = field(default_factory=set)  # every configuration predicted
     _cal: Calibration | None = None
-    _lengths: list[tuple[int, int]] | None = None
+    _lengths: list[tuple[int, ...]] | None = None
     _pending: StepModel | None = None  # the step model of the trial being measured
     _chosen: tuple[dict[str, Any], Candidate] | None = None  # the last proposal (full params)
     # predictions by (the step model's trials and points, the configuration, resamples)
@@ -90,7 +90,7 @@ class Guide:
         return self.st.space
 
     # ------------------------------------------------------------ calibration
-    def lengths(self) -> list[tuple[int, int]] | None:
+    def lengths(self) -> list[tuple[int, ...]] | None:
         """The (prompt, output) tokens the run's requests had, from the first measured ones."""
         if self._lengths is not None:
             return self._lengths
@@ -157,7 +157,7 @@ class Guide:
         return self._cache[key]
 
     def _predict(
-        self, params: dict[str, Any], fit: BuildFit, pairs: list[tuple[int, int]], resamples: int
+        self, params: dict[str, Any], fit: BuildFit, pairs: list[tuple[int, ...]], resamples: int
     ) -> Candidate | None:
         step, basis = self._step_for(params, fit)
         try:
@@ -188,7 +188,7 @@ class Guide:
         roof = roofline_of(self.st.diagnosis)
         return self.calibration.step_for(params, fit, roof, self.st.model_path or None)
 
-    def _draw(self, pairs: list[tuple[int, int]]) -> Lengths:
+    def _draw(self, pairs: list[tuple[int, ...]]) -> Lengths:
         return cycled(pairs)
 
     def _kv_bytes(self, params: dict[str, Any]) -> int | None:
@@ -225,8 +225,8 @@ class Guide:
             for c in cands
             if config_key(c.params) not in tried and not self._refused(carried, c.params)
         ]
-        score = (best.score_tokens_per_s or 0.0) if best else 0.0
-        chosen = choose(cands, score, self.st.opts.tie_band, last=last)
+        # what a candidate's tuned figure must beat (its worst gain, under --objective robust)
+        chosen = choose(cands, self.st.to_beat(best), self.st.opts.tie_band, last=last)
         if chosen is None:
             return None
         self._chosen = ({**carried, **chosen.params}, chosen)
