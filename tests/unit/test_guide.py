@@ -283,7 +283,7 @@ def test_the_probe_alone_calibrates_the_baseline_build_before_any_trial(tmp_path
     # context they read are one measure at a single length), from the sweeps alone
     batch = fit.step.step_s(0, 32, 32 * 0.16)
     assert batch == pytest.approx(TRUE.step_s(0, 32, 32 * 0.16), rel=0.1)
-    assert g.lengths() == [LENGTHS] * DECODE_REQUESTS  # the decode sweep's lengths
+    assert g.lengths() == [(*LENGTHS, 0)] * DECODE_REQUESTS  # the decode sweep's (nothing shared)
     c = g.predict({})
     assert c is not None and c.basis == "probe" and c.build_trials == []
     # its interval is wider than a calibrated prediction's (the probe's term), and it is

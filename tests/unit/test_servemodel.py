@@ -343,3 +343,46 @@ def test_fast_forward_in_a_closed_loop() -> None:
     first, more = closed_loop(16, 100, cycled([(128, 64), (40, 10)]), seed=2)
     fast = simulate(first, Knobs(64, 2048), step, on_finish=more)
     assert [r.t_last for r in fast] == pytest.approx([r.t_last for r in slow], abs=1e-9)
+
+
+# ---------------------------------------------------------------- the prefix cache
+def test_a_prefix_cache_skips_the_shared_prompts_whole_blocks() -> None:
+    # 300 prompt tokens, 200 of them shared; blocks of 128: one block (128 tokens) is held,
+    # so the prefill computes 172 tokens: 0.01 + 0.172 s, after the 0.005 s overhead
+    step = model(0.01, 0.001, 0.001, overhead=0.005)
+    arrival = [Arrival(0.0, 300, 2, cached_tokens=200)]
+    on = Knobs(8, 2048, block_size=128, prefix_caching=True)
+    trace = StepTrace()
+    (r,) = simulate(arrival, on, step, trace=trace)
+    assert trace.tokens[0] == 172
+    assert r.ttft_s == pytest.approx(0.005 + 0.01 + 0.172)
+    assert r.n_prompt_shared == 200  # the record says what was shared, as a measured one does
+    # with the cache off, the whole prompt is computed
+    (off,) = simulate(arrival, Knobs(8, 2048, block_size=128), step)
+    assert off.ttft_s == pytest.approx(0.005 + 0.01 + 0.300)
+    # never the prompt's last token: a prompt shared whole still computes its last block
+    trace = StepTrace()
+    simulate([Arrival(0.0, 256, 2, cached_tokens=256)], on, step, trace=trace)
+    assert trace.tokens[0] == 128
+
+
+def test_measured_shared_tokens_reach_the_simulation() -> None:
+    # (prompt, output, shared) as lengths_of reads them off the records: cached where on
+    lengths = cycled([(300, 2, 200)])
+    (r,) = simulate(poisson(1.0, 1, lengths, seed=1), Knobs(8, 2048, prefix_caching=True), TRUE)
+    assert r.n_prompt_shared == 200
+
+
+def test_calibration_counts_only_the_prompt_tokens_a_prefix_cache_did_not_hold() -> None:
+    # records of a build with its cache on, 192 of every 256-token prompt shared (one block of
+    # 128 held): fitted as computed (128 tokens each), the prefill cost is recovered; fitted
+    # as if every prompt token were computed, it is about halved
+    shared = cycled([(256, _rng.randint(32, 96), 192) for _ in range(300)])
+    knobs = Knobs(128, 2048, block_size=128, prefix_caching=True)
+    points = scripted_points(TRUE, knobs, (2.0, 6.0, 10.0), shared)
+    right = calibrate(points, block=128)
+    wrong = calibrate(points)
+    assert right.per_prefill_token_s == pytest.approx(TRUE.per_prefill_token_s, rel=0.2)
+    assert wrong.per_prefill_token_s < 0.75 * TRUE.per_prefill_token_s
+    idle = idle_observations(points[0], block=128)
+    assert idle and all(o.prefill_tokens == 128 for o in idle)

@@ -116,9 +116,7 @@ def test_a_pairs_workload_in_prefix_groups_with_gamma_arrivals_is_tuned(tmp_path
     md = (out / "report.md").read_text()
     assert "open-loop gamma arrivals (cv 2) at a request rate" in md
     assert f"**Workload sent**: {w['sent']['requests']} requests; prompt tokens mean" in md
-    assert any(
-        "serving model simulates Poisson arrivals and no prefix cache" in n for n in data["notes"]
-    )
+    assert any("serving model simulates Poisson arrivals, unlike" in n for n in data["notes"])
 
 
 def _mooncake(path: Path, times_ms: list[float]) -> Path:
@@ -215,7 +213,7 @@ def test_an_endpoint_run_loads_the_tokenizer_for_a_trace_and_says_its_rate_equiv
 
 def test_the_serving_model_predicts_for_a_trace_from_the_runs_records(tmp_path: Path) -> None:
     """The guide takes the lengths from the measured records, whatever the workload (it
-    simulates Poisson arrivals and no prefix cache: the run notes that)."""
+    simulates Poisson arrivals: the run notes that)."""
     from tests.unit.test_guide import _baseline, _state
     from tuner.search.guide import Guide
 

@@ -100,7 +100,7 @@ class GuidedStage:
         configuration of its own, the stage's first candidate is measured all the same, as a
         stage the probe expects nothing of still gets a trial: the expectation is checked by
         measurement. (A run tuned on a heavy-tailed, prefix-sharing workload on a slow AMD box,
-        2026-12-06 17:00: the model, simulating no prefix cache, put every configuration's
+        2026-12-06 17:00: the model, which then simulated no prefix cache, put every configuration's
         capacity at no load under p99 TTFT <= 2 s, the baseline measured 0.93 requests/s, and
         the batching stage measured nothing.)"""
         c = None

@@ -83,7 +83,7 @@ class Target(Protocol):
 
 def workload_notes(workload: Workload, load_model: str, serving_model: bool) -> list[str]:
     """What the report should say of how the workload is measured (a trace's load axis) and
-    of what the serving model does not simulate of it (its arrivals, its shared prefixes)."""
+    of what the serving model does not simulate of it (its arrivals)."""
     notes = []
     if isinstance(workload, TraceWorkload) and load_model == "rate" and workload.rate_rps:
         notes.append(
@@ -91,19 +91,13 @@ def workload_notes(workload: Workload, load_model: str, serving_model: bool) -> 
             f"trace at time scale R / {workload.rate_rps:.4g} (its own mean rate, requests/s), "
             "so its capacity as a time scale is the capacity in requests/s divided by that"
         )
-    if isinstance(workload, TraceWorkload):
-        own_arrivals, shares = True, any(r.hash_ids for r in workload.rows)
-    elif isinstance(workload, FileWorkload):
-        own_arrivals = shares = False
-    else:
-        own_arrivals = workload.arrivals is not None
-        shares = workload.prefix is not None or workload.sessions is not None
-    unlike = [
-        what for what, on in (("Poisson arrivals", own_arrivals), ("no prefix cache", shares)) if on
-    ]
-    if serving_model and unlike:
+    own_arrivals = isinstance(workload, TraceWorkload) or (
+        not isinstance(workload, FileWorkload) and workload.arrivals is not None
+    )
+    if serving_model and own_arrivals:
+        # shared prefixes it simulates: each measured request's shared tokens, cached
         notes.append(
-            f"the serving model simulates {' and '.join(unlike)}, unlike this workload: its "
+            "the serving model simulates Poisson arrivals, unlike this workload: its "
             "predictions only aim the search; the scores and the recommendation are measured"
         )
     return notes

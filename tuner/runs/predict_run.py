@@ -198,7 +198,7 @@ def predict_from_run(
 
 def _lengths(
     workload: Workload | None, trials: list[TrialReport], cal: Calibration
-) -> list[tuple[int, int]]:
+) -> list[tuple[int, ...]]:
     """The (prompt, output) pairs to simulate: the workload's, or the run's measured ones."""
     if isinstance(workload, SyntheticWorkload):
         import random

@@ -20,7 +20,7 @@ from typing import Any
 from probes.records import RequestRecord
 from tuner.report.schema import TrialReport
 from tuner.servemodel.calibrate import calibrate
-from tuner.servemodel.configs import build_label, build_of
+from tuner.servemodel.configs import build_label, build_of, cache_block
 from tuner.servemodel.predict import Basis
 from tuner.servemodel.roofline import Roofline, roofline_step
 from tuner.servemodel.steptime import FitError, StepModel
@@ -37,12 +37,17 @@ class ProbePoints:
 
     params: dict[str, Any]
     points: list[list[RequestRecord]]
-    lengths: list[tuple[int, int]] | None = None  # (prompt, output) of its decode sweep
+    lengths: list[tuple[int, ...]] | None = None  # (prompt, output) of its decode sweep
 
 
-def lengths_of(records: list[RequestRecord]) -> list[tuple[int, int]]:
-    """The (prompt, output) tokens of the completed requests whose prompt length is known."""
-    return [(int(r.n_prompt or 0), r.n_out) for r in records if r.ok and r.n_prompt]
+def lengths_of(records: list[RequestRecord]) -> list[tuple[int, ...]]:
+    """The (prompt, output, shared prompt) tokens of the completed requests whose prompt
+    length is known (shared: what its prefix group has in common, probes/workload.py)."""
+    return [
+        (int(r.n_prompt or 0), r.n_out, int(r.n_prompt_shared or 0))
+        for r in records
+        if r.ok and r.n_prompt
+    ]
 
 
 def probe_points(files: dict[str, str], params: dict[str, Any], folder: Path) -> ProbePoints | None:
@@ -50,7 +55,7 @@ def probe_points(files: dict[str, str], params: dict[str, Any], folder: Path) ->
     has moved, in ``folder``: a run's probe/, a probe folder's records/) as calibration points
     (None: none could be read)."""
     points: list[list[RequestRecord]] = []
-    lengths: list[tuple[int, int]] = []
+    lengths: list[tuple[int, ...]] = []
     for name, written in sorted(files.items()):
         path = Path(written)
         if not path.is_file():
@@ -117,11 +122,11 @@ class Calibration:
         extra = self._probe_of(key)
         return extra + [self.read(t, i) for t in members for i in range(len(t.points))]
 
-    def _fit(self, points: list[list[RequestRecord]]) -> StepModel | None:
+    def _fit(self, points: list[list[RequestRecord]], key: str) -> StepModel | None:
         if sum(sum(r.ok for r in p) for p in points) < MIN_CALIBRATION_REQUESTS:
             return None
-        try:
-            return calibrate(points)
+        try:  # the build's prefix cache held its requests' shared prefixes
+            return calibrate(points, cache_block(json.loads(key), self.space))
         except FitError:
             return None
 
@@ -131,7 +136,7 @@ class Calibration:
         nowhere (None: too few records)."""
         key = build_key(trial.params, self.space)
         members = [t for t in self._groups(trials).get(key, []) if t.number != trial.number]
-        return self._fit(self._points(key, [*members, trial]))
+        return self._fit(self._points(key, [*members, trial]), key)
 
     def update(self, trials: Sequence[TrialReport]) -> dict[str, BuildFit]:
         """Every build with enough records among ``trials`` (and the probe's), fitted."""
@@ -141,7 +146,7 @@ class Calibration:
             if self.stamps.get(key) == stamp:
                 continue
             points = self._points(key, members)
-            if (step := self._fit(points)) is None:
+            if (step := self._fit(points, key)) is None:
                 continue
             n = sum(sum(r.ok for r in p) for p in points)
             loads = [x for t in members if t.status == "ok" and (x := self.load_of(t))]
@@ -157,7 +162,7 @@ class Calibration:
             self.stamps[key] = stamp
         return self.fits
 
-    def lengths(self, trials: Sequence[TrialReport]) -> list[tuple[int, int]] | None:
+    def lengths(self, trials: Sequence[TrialReport]) -> list[tuple[int, ...]] | None:
         """The (prompt, output) tokens the run's requests had: those of its first measured
         point with a completed request, else the probe's decode sweep (None: neither)."""
         for t in trials:

@@ -98,4 +98,16 @@ def sim_knobs(params: dict[str, Any], space: SearchSpace, bytes_per_token: int |
         block_size=space.kv_block_size,
         stream_interval=int(values.get("stream_interval", 1)),
         long_prefill_threshold=int(values.get("long_prefill_threshold", 0)),
+        prefix_caching=bool(values.get("prefix_caching", space.prefix_cache)),
     )
+
+
+def cache_block(params: dict[str, Any], space: SearchSpace) -> int | None:
+    """The block a configuration's prefix cache holds shared prompt tokens in (None: it caches
+    none): what its measured requests computed, for the step model's calibration."""
+    full = defaults(space) | params
+    on = next(
+        (bool(full[k.name]) for k in space.knobs().values() if k.sim == "prefix_caching"),
+        space.prefix_cache,
+    )
+    return space.kv_block_size if on else None

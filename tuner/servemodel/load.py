@@ -7,7 +7,8 @@
   one finished, until the point's requests are sent.
 
 Lengths are drawn with the workload's own ``lengths`` (fixed, or uniform over its spread), or
-taken from a list of measured (prompt, output) pairs, cycled.
+taken from a list of measured (prompt, output) pairs, cycled; a measured request's third
+figure, where given, is the prompt tokens it shared with others (a prefix cache's to hold).
 """
 
 from __future__ import annotations
@@ -18,16 +19,17 @@ from collections.abc import Callable, Sequence
 from probes.client import arrival_offsets
 from tuner.servemodel.scheduler import Arrival, OnFinish
 
-Lengths = Callable[[random.Random], tuple[int, int]]
+# (prompt, output) tokens, or (prompt, output, shared prompt tokens)
+Lengths = Callable[[random.Random], tuple[int, ...]]
 
 
-def cycled(pairs: Sequence[tuple[int, int]]) -> Lengths:
-    """Lengths taken in turn from measured (prompt, output) pairs."""
+def cycled(pairs: Sequence[tuple[int, ...]]) -> Lengths:
+    """Lengths taken in turn from measured (prompt, output[, shared]) tokens."""
     if not pairs:
         raise ValueError("no (prompt, output) pairs to draw lengths from")
     state = {"i": 0}
 
-    def draw(rng: random.Random) -> tuple[int, int]:
+    def draw(rng: random.Random) -> tuple[int, ...]:
         del rng  # the order is the pairs' own
         i = state["i"]
         state["i"] = i + 1
@@ -43,9 +45,13 @@ def poisson(rate_rps: float, n: int, lengths: Lengths, seed: int) -> list[Arriva
     rng = random.Random(seed ^ 0x5EED)
     out = []
     for t in arrival_offsets(n, rate_rps, seed):
-        n_in, n_out = lengths(rng)
-        out.append(Arrival(t, n_in, n_out))
+        out.append(_arrival(t, lengths(rng)))
     return out
+
+
+def _arrival(t: float, drawn: tuple[int, ...]) -> Arrival:
+    n_in, n_out, *shared = drawn
+    return Arrival(t, n_in, n_out, cached_tokens=shared[0] if shared else 0)
 
 
 def closed_loop(
@@ -59,8 +65,7 @@ def closed_loop(
     sent = {"n": first}
 
     def arrival(t: float) -> Arrival:
-        n_in, n_out = lengths(rng)
-        return Arrival(t, n_in, n_out)
+        return _arrival(t, lengths(rng))
 
     def on_finish(t: float) -> list[Arrival]:
         if sent["n"] >= n:

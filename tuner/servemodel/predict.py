@@ -297,7 +297,7 @@ def _bracket(
             hi = mid
 
 
-def mean_of(pairs: Sequence[tuple[int, int]]) -> tuple[float, float]:
-    """Mean (prompt, output) tokens of ``pairs``."""
+def mean_of(pairs: Sequence[tuple[int, ...]]) -> tuple[float, float]:
+    """Mean (prompt, output) tokens of ``pairs`` (prompt, output[, shared])."""
     n = len(pairs)
-    return sum(p for p, _ in pairs) / n, sum(o for _, o in pairs) / n
+    return sum(p[0] for p in pairs) / n, sum(p[1] for p in pairs) / n

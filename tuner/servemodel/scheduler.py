@@ -14,8 +14,8 @@ Each step, as vLLM 0.32's ``Scheduler.schedule`` does it:
 2. **Then waiting requests**, first come first served, while the budget lasts, the batch holds
    fewer than ``max_num_seqs`` sequences and no request was preempted in this step. A prompt
    larger than the budget that is left is split (chunked prefill) or, with chunked prefill off,
-   waits for a step with budget enough for all of it (and stops admission behind it). A prefix
-   cache hit skips the request's cached tokens (whole blocks).
+   waits for a step with budget enough for all of it (and stops admission behind it). With the
+   prefix cache on, a hit skips the request's cached tokens (whole blocks of its shared prefix).
 3. The step takes ``StepModel.step_s`` of what it computed. At its end every request whose
    computed tokens reach its length (prompt plus outputs so far) samples one token; one that
    has all its output tokens finishes and frees its blocks.
@@ -50,6 +50,7 @@ class Knobs:
     block_size: int = 128  # vLLM's CPU backend default
     stream_interval: int = 1
     long_prefill_threshold: int = 0  # 0: no cap per request per step
+    prefix_caching: bool = False  # shared prompt prefixes are computed once (whole blocks)
 
     def __post_init__(self) -> None:
         if self.max_num_seqs < 1 or self.max_num_batched_tokens < 1:
@@ -75,6 +76,7 @@ class _Req:
     n_in: int
     n_out: int
     cached: int
+    shared: int = 0  # prompt tokens shared with other requests (its record says so)
     computed: int = 0
     generated: int = 0
     blocks: int = 0
@@ -151,7 +153,8 @@ def simulate(
             _, _, a = heapq.heappop(pending)
             if a.n_in < 1 or a.n_out < 1:
                 raise ValueError(f"a request needs n_in >= 1 and n_out >= 1; got {a}")
-            r = _Req(len(reqs), a.t_s, a.n_in, a.n_out, min(a.cached_tokens, a.n_in - 1))
+            cached = min(a.cached_tokens, a.n_in - 1) if knobs.prefix_caching else 0
+            r = _Req(len(reqs), a.t_s, a.n_in, a.n_out, cached, a.cached_tokens)
             reqs.append(r)
             waiting.append(r)
         if fast and running and not (waiting and len(running) < knobs.max_num_seqs):
@@ -369,5 +372,6 @@ def _record(r: _Req) -> RequestRecord:
         n_out_from_usage=True,
         n_prompt=r.n_in,
         n_prompt_expected=r.n_in,
+        n_prompt_shared=r.shared or None,
         chunk_times=list(r.chunks),
     )

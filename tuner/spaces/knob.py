@@ -37,6 +37,7 @@ SIM_PARAMS = (
     "kv_cache_gib",
     "stream_interval",
     "long_prefill_threshold",
+    "prefix_caching",
 )
 
 

@@ -166,6 +166,9 @@ class SearchSpace(BaseModel):
     # The engine's KV cache block (tokens) on this device, for the serving model's cache
     # (vLLM: 128 on the CPU backend, 16 on CUDA).
     kv_block_size: int = Field(default=16, ge=1)
+    # Whether the engine caches shared prompt prefixes by default (vLLM v1: on), for the
+    # serving model; a knob with ``sim: prefix_caching`` decides it per configuration.
+    prefix_cache: bool = False
 
     def broken_rule(self, params: dict[str, Any], ctx: dict[str, Any]) -> str | None:
         """Why the engine would refuse ``params`` at start-up, or None (``rules``)."""
