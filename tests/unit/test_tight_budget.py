@@ -91,7 +91,7 @@ def test_a_tight_budget_confirms_the_leader_in_place_and_the_baseline_last(
     assert "after a fresh start" not in md
     # the stage table's confirmed row says where it was measured, as the sentence above does
     assert "| confirmed | trial 1, its search's own start, " in md
-    assert "| confirmed | trial 1, fresh start" not in md
+    assert "| confirmed | trial 1, a fresh start" not in md
     assert "confirmed on a fresh start" not in (runner.out / "report.html").read_text()
     on_disk = json.loads((runner.out / "report.json").read_text())
     assert on_disk["recommended"]["from_trial"] == 1

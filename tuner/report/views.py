@@ -298,7 +298,7 @@ def build(r: Report, files: list[str] | None = None) -> ReportView:
             f"time per token p{pp} {_fmt(_at(m.tpot_ms, pp))}"
         )
         verdict = (
-            f"meets every SLO (confirmed on {where_confirmed(rec).replace('fresh', 'a fresh')})"
+            f"meets every SLO (confirmed on {where_confirmed(rec)})"
             if rec.meets_slo
             else "does NOT meet every SLO with the headroom asked, or had too few requests"
         )

@@ -150,5 +150,5 @@ def where_confirmed(rec: Recommendation) -> str:
     ran on (the time budget held no restart: tuner/run/sizing.py ``confirm_in_place``), or the
     running endpoint autotune did not start."""
     if rec.fresh_start:
-        return "fresh start"
+        return "a fresh start"
     return "its search's own start" if rec.launch_command is not None else "the running endpoint"
