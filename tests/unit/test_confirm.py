@@ -375,11 +375,15 @@ def test_a_full_confirmation_is_kept_over_a_provisional_one_too_close_to_call() 
             model_copy=lambda: SimpleNamespace(from_trial=trial, tries=tries, confirmation=""),
         )  # fmt: skip
 
-    def state(first: SimpleNamespace, second: SimpleNamespace | None = None) -> SimpleNamespace:
+    def state(
+        first: SimpleNamespace, second: SimpleNamespace | None = None, worst: dict | None = None
+    ) -> SimpleNamespace:
+        measured = [SimpleNamespace(number=n, worst_gain=g) for n, g in (worst or {}).items()]
         return SimpleNamespace(
             trial_confirmed=second or first, displaced_confirmed=first if second else None,
             opts=SimpleNamespace(tie_band=0.05), axis=LoadAxis("rate", minimum=0.05, maximum=100),
-            notes=[], say=lambda m: None,
+            notes=[], say=lambda m: None, by_worst_gain=worst is not None,
+            measured=lambda: measured,
         )  # fmt: skip
 
     # Seed 81 of 2026-12-03: trial 2 (KV cache fp8) led trial 1 by 3.5 % and was confirmed
@@ -398,3 +402,9 @@ def test_a_full_confirmation_is_kept_over_a_provisional_one_too_close_to_call() 
     assert _keep_confirmed(state(weak, two), two) is two  # type: ignore[arg-type]
     # A fresh confirmation of a trial that was not confirmed in place: the in-place one counts.
     assert _keep_confirmed(state(one), two).from_trial == 1  # type: ignore[arg-type]
+    # Ranked by the worst gain (--objective robust): kept only where the earlier one's worst
+    # gain is not behind by more than the tie band
+    behind = state(one, two, worst={1: 0.8, 2: 1.2})
+    assert _keep_confirmed(behind, two) is two  # type: ignore[arg-type]
+    level = state(one, two, worst={1: 1.19, 2: 1.2})
+    assert _keep_confirmed(level, two).from_trial == 1  # type: ignore[arg-type]

@@ -22,6 +22,7 @@ from typer.testing import CliRunner
 from probes.slo import parse_slos
 from probes.workload import parse_workload
 from tests.fakes.tokenizer import CharTokenizer
+from tests.unit.run_state import run_state
 from tests.unit.test_runner import HW, FakeEngine, _options
 from tuner.cli.main import app
 from tuner.engines.lifetime import leftovers
@@ -122,6 +123,8 @@ def test_robust_ranks_by_the_worst_gain_not_the_tuned_one(tmp_path: Path) -> Non
         ),
     )
     told = {t.user_attrs["autotune_trial"]: t.value for t in study.trials if t.value is not None}
+    # the baseline, as the stage's known start, with its worst gain of 1 from its own trial on
+    assert told[0] == pytest.approx(base.score_tokens_per_s)
     for t in (one, two):
         assert told[t.number] == pytest.approx(base.score_tokens_per_s * (t.worst_gain or 0.0))
         assert t.told_tokens_per_s == pytest.approx(told[t.number])
@@ -141,6 +144,17 @@ def test_robust_ranks_by_the_worst_gain_not_the_tuned_one(tmp_path: Path) -> Non
     for old, new in zip([base, one, two], [again.baseline, *again.trials], strict=True):
         assert new is not None and new.worst_gain == pytest.approx(old.worst_gain)
         assert new.across[0].score_tokens_per_s == pytest.approx(old.across[0].score_tokens_per_s)
+    # under a stricter one the other workload's figures move, and the worst gains with them
+    strict = rescore(runner.out, report, parse_slos(["ttft=50ms"]))
+    b2 = strict.baseline
+    assert b2 is not None
+    moved = [
+        new.across[0].score_tokens_per_s != old.across[0].score_tokens_per_s
+        for old, new in zip([base, one, two], [b2, *strict.trials], strict=True)
+    ]
+    assert any(moved)
+    for t in [b2, *strict.trials]:
+        assert t.worst_gain == objective.worst_gain(b2, t, 1)
 
 
 # ---------------------------------------------------------------- the rules
@@ -174,6 +188,24 @@ def test_the_worst_gain_follows_its_rules(trial: TrialReport, worst: float | Non
     assert objective.worst_gain(BASE, trial, 2) == (pytest.approx(worst) if worst else worst)
     assert objective.worst_gain(BASE, BASE, 2) == 1.0
     assert objective.worst_gain(None, trial, 2) is None
+
+
+def test_a_baseline_with_no_tuned_score_leaves_the_tuned_score_to_rank(tmp_path: Path) -> None:
+    st = run_state(tmp_path)
+    st.opts = st.opts.model_copy(
+        update={"objective": "robust", "check_workloads": [parse_workload(LONG)]}
+    )
+    st.baseline = _t(0, None, "infeasible")
+    fast, robust = _t(1, 300.0, "ok", _a(10.0)), _t(2, 200.0, "ok", _a(90.0))
+    st.trials = [fast, robust]
+    objective.settle(st)
+    assert fast.worst_gain is None and robust.worst_gain is None  # no gain to form
+    assert not st.by_worst_gain and st.best() is fast and st.value(fast) == 300.0
+    # with a baseline scored there, the worst gain ranks, and the same trials swap places
+    st.baseline = _t(0, 100.0, "ok", _a(50.0))
+    objective.settle(st)
+    assert st.by_worst_gain and st.best() is robust
+    assert st.value(robust) == pytest.approx(100.0 * min(2.0, 90.0 / 50.0))
 
 
 # ---------------------------------------------------------------- bad input

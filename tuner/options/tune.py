@@ -273,6 +273,8 @@ class TuneOptions(BaseModel):
                 "workload and each --check-workload: give at least one (--check-workload "
                 "derived: one derived from the tuned workload with another length shape)"
             )
+        if self.objective == "robust" and len(self.check_workloads) > 99:
+            raise ValueError("--objective robust ranks over at most 99 --check-workload workloads")
         if self.objective == "robust" and self.storage is not None:
             raise ValueError(
                 "--objective robust is for one worker: a shared study (--storage) ranks its "

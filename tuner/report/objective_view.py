@@ -37,10 +37,11 @@ def robust_view(r: Report) -> RobustView | None:
     if r.objective != "robust" or r.baseline is None:
         return None
     base = r.baseline
-    others = [a.workload for a in base.across]
     measured = [t for t in [base, *r.trials] if t.status == "ok" or t.across]
+    # the workloads as the configuration measured on most of them names them
+    others = [a.workload for a in max((t.across for t in measured), key=len, default=[])]
     rec = r.recommended.from_trial if r.recommended is not None else None
-    rows = [_row(t, base, rec) for t in measured]
+    rows = [_row(t, base, rec, len(others)) for t in measured]
     return RobustView(
         workloads=[str(r.workload.get("spec") or r.workload.get("kind")), *others],
         rows=rows,
@@ -48,7 +49,7 @@ def robust_view(r: Report) -> RobustView | None:
     )
 
 
-def _row(t: TrialReport, base: TrialReport, rec: int | None) -> RobustRow:
+def _row(t: TrialReport, base: TrialReport, rec: int | None, n: int) -> RobustRow:
     tuned = (
         t.score_tokens_per_s / base.score_tokens_per_s
         if t.score_tokens_per_s and base.score_tokens_per_s
@@ -56,6 +57,7 @@ def _row(t: TrialReport, base: TrialReport, rec: int | None) -> RobustRow:
     )
     cells = [Cell(t.score_tokens_per_s, tuned, t.status)]
     cells += [Cell(a.score_tokens_per_s, a.gain, a.status) for a in t.across]
+    cells += [Cell(None, None, "not measured")] * (n - len(t.across))
     label = "baseline" if t.number == 0 else f"trial {t.number}"
     return RobustRow(label, cells, t.worst_gain, t.number == rec)
 

@@ -18,6 +18,7 @@ from probes.workload import FileWorkload, SyntheticWorkload, TraceWorkload
 from tuner.report.formats import write_reports
 from tuner.report.model_errors import errors_by_basis, model_errors
 from tuner.report.schema import Report, ServingModelReport, SLOReport, Timing
+from tuner.run import objective
 from tuner.run.state import RunState
 from tuner.servemodel.spreads import PROBE_SPREAD, RUN_TO_RUN, TRANSFER_SPREAD
 from tuner.storage.records import RecordsMissing, read_records, records_path
@@ -80,6 +81,7 @@ def assemble(
     st: RunState, status: RunStatus, error: str | None, endpoint: str | None = None
 ) -> Report:
     """The report of the run as it stands."""
+    objective.settle(st)  # --objective robust: the gains over the baseline as it stands
     opts, c = st.opts, st.clock
     wall = c.elapsed()
     return Report(

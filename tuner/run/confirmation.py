@@ -30,7 +30,7 @@ from probes.metrics import LoadMetrics, Verdict
 from probes.transient import START_SHARE
 from tuner.engines.base import EngineDied, EngineStartError, RunningServer, raise_if_died
 from tuner.report.schema import ConfirmTry, Recommendation, TrialReport
-from tuner.run import sizing, stall, stop
+from tuner.run import objective, sizing, stall, stop
 from tuner.run.measure import point_line
 from tuner.run.scoring import describe
 from tuner.run.state import RunState
@@ -252,6 +252,7 @@ def confirm_on(
         for t in res.tries:
             st.add_samples(trial.number, t.samples)
         est = ev.rescore(trial, "its confirmation")
+        objective.settle(st)  # every gain divides by the baseline's score
         if est is not None and trial.status == "ok" and est.censored != "below":
             st.say(f"trial {trial.number}: with its confirmation, {describe(est, st.axis)}")
     return rec

@@ -111,9 +111,7 @@ class GateSteps:
         if st.space is None or not st.wants("speculative"):
             return
         speculative = bool(st.space.changed("speculative", trial.params))
-        new_best = not trial.rejected and (
-            best is None or (trial.score_tokens_per_s or 0.0) > (best.score_tokens_per_s or 0.0)
-        )
+        new_best = not trial.rejected and (best is None or st.value(trial) > st.to_beat(best))
         if not speculative and not (new_best and trial.status == "ok"):
             return
         try:

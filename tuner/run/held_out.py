@@ -42,8 +42,6 @@ from tuner.storage.records import RecordsMissing, read_records, records_path
 
 Side = Literal["baseline", "recommended"]
 FIRST_NUMBER = 900  # the first held-out measurement's number (above every trial's)
-WARMUP_S = 30.0  # a warm-up's time before any was measured
-POINT_S = 60.0  # a load point's time before any was measured
 
 
 def check(st: RunState, ev: Evaluator) -> None:
@@ -127,17 +125,8 @@ def _why_not(st: RunState, trials: dict[int, TrialReport]) -> str | None:
 def _least_s(st: RunState, n_workloads: int) -> float:
     """The least the check takes: two starts (and stops), then a warm-up and one load point
     per configuration and workload, costed from what the run measured."""
-    return 2 * (sizing.start_estimate_s(st) + sizing.STOP_S) + 2 * n_workloads * _one_s(st)
-
-
-def _one_s(st: RunState) -> float:
-    """A warm-up and one load point, as the run's measured configurations took them."""
-    measured = st.measured()
-    warm = [t.warmup_s for t in measured if t.warmup_s]
-    points = [p.metrics.duration_s for t in measured for p in t.points if p.metrics.duration_s]
-    return (sum(warm) / len(warm) if warm else WARMUP_S) + (
-        sum(points) / len(points) if points else POINT_S
-    )
+    starts = 2 * (sizing.start_estimate_s(st) + sizing.STOP_S)
+    return starts + 2 * n_workloads * workload_search.one_s(st)
 
 
 def _deadline(st: RunState, left_here: int, starts_after: int) -> float:
@@ -191,7 +180,7 @@ def _side(
             t.status, t.error, t.score_tokens_per_s, t.load = "failed", why, None, None
         _settle(st)
 
-    if not st.budget.fits(sizing.start_estimate_s(st) + len(workloads) * _one_s(st)):
+    if not st.budget.fits(sizing.start_estimate_s(st) + len(workloads) * workload_search.one_s(st)):
         not_measured(0, "not measured: the time budget ran out before it could be started")
         st.say(f"held-out check: {name} not started again (time budget)")
         return

@@ -12,8 +12,11 @@ its gains over the baseline: on the tuned workload and on each of those (``worst
   is 0; where the baseline met them at none and the configuration did, that workload does not
   limit it (it serves what the defaults do not).
 - A configuration not measured on every workload (the time budget ran out, its engine died) has
-  no worst gain and may not lead: nothing ranks it on the workloads it was not measured on.
-- The baseline's worst gain is 1.
+  no worst gain and may not lead: nothing ranks it on the workloads it was not measured on
+  (Optuna is told it was cut short, not that it scored nothing).
+- The baseline's worst gain is 1. A baseline that met the SLOs at no load on the tuned workload
+  leaves nothing to divide by: the run says so, and its tuned score ranks the configurations
+  (tuner/run/state.py ``by_worst_gain``).
 
 What Optuna is told, and what a configuration must beat to lead, stay in output tokens/s on the
 tuned workload: the baseline's score there times the worst gain (tuner/run/state.py ``value`` and
@@ -46,7 +49,7 @@ if TYPE_CHECKING:  # the Evaluator calls this module
 # A measurement on another workload is numbered apart from the trials and the held-out check's
 # (tuner/run/held_out.py: 900 on): ``ACROSS_FIRST + 100 x its trial's number + its workload's``.
 ACROSS_FIRST = 10_000
-MAX_WORKLOADS = 99  # --check-workload workloads a robust run can number
+MAX_WORKLOADS = 99  # --check-workload workloads a robust run can number (tuner/options/tune.py)
 
 
 def number(trial_number: int, k: int) -> int:
@@ -75,9 +78,17 @@ def across(
 ) -> None:
     """Under ``--objective robust``: ``trial``, just scored on the tuned workload, measured on
     each other workload on ``server``, into ``trial.across``; then every worst gain settled.
-    Nothing for a trial with no score on the tuned workload: its worst gain is 0 there."""
+    Nothing for a trial with no score on the tuned workload: its worst gain is 0 there (a
+    baseline with none leaves the tuned score to rank the configurations, and says so)."""
     if not st.robust:
         return
+    if trial.number == 0 and trial.status != "ok":
+        why = (
+            "--objective robust: the baseline met the SLOs at no load on the tuned workload, "
+            "so no gain over it can be formed; configurations are ranked by their score there"
+        )
+        st.notes.append(why)
+        st.say(why)
     if trial.status == "ok":
         workloads = st.opts.held_out
         for k, wl in enumerate(workloads):
@@ -92,9 +103,11 @@ def across(
                 status="failed",
                 log_file=trial.log_file,
             )
-            st.trial_dir(sub.number).mkdir(parents=True, exist_ok=True)
+            if st.trial_dir(sub.number).exists():  # its trial measured again after a resume
+                st.store.set_aside(sub.number, f"trial {trial.number} was measured again")
+            st.trial_dir(sub.number).mkdir(parents=True)
             where = f"{label}, workload {k + 2} of {len(workloads) + 1} ({wl.label})"
-            if not st.budget.fits(0.0, sizing.reserve_s(st, trial)):
+            if not st.budget.fits(workload_search.one_s(st), sizing.reserve_s(st, trial)):
                 sub.status, sub.error = "failed", "not measured: the time budget ran out"
                 st.say(f"{where}: not measured (time budget)")
             else:
@@ -123,11 +136,12 @@ def across(
 
 def _deadline(st: RunState, trial: TrialReport, searches_left: int) -> float:
     """When the next of a trial's searches on other workloads must end: an even part of what
-    is left of the trial's share, and no later than the run's end allows."""
+    is left of the trial's share (or, the baseline's, of what the run's end leaves), and no
+    later than the run's end allows."""
     budget = st.budget
     end = budget.deadline - sizing.reserve_s(st, trial)
-    share = budget.now() + max(0.0, budget.trial_left()) / max(1, searches_left)
-    return min(end, share)
+    left = min(budget.trial_left(), end - budget.now())  # the baseline has no share of its own
+    return budget.now() + max(0.0, left) / max(1, searches_left)
 
 
 def settle(st: RunState, trial: TrialReport | None = None) -> None:
@@ -137,7 +151,9 @@ def settle(st: RunState, trial: TrialReport | None = None) -> None:
         measured = st.measured()
         if trial is not None and all(t is not trial for t in measured):
             measured.append(trial)
-        settle_all(st.baseline, measured, len(st.opts.check_workloads))
+        # the baseline, while it is being measured, is the reference already
+        base = st.baseline or (trial if trial is not None and trial.number == 0 else None)
+        settle_all(base, measured, len(st.opts.check_workloads))
 
 
 def settle_all(base: TrialReport | None, measured: list[TrialReport], n: int) -> None:

@@ -100,6 +100,8 @@ def _keep_confirmed(st: RunState, rec: Recommendation) -> Recommendation:
     a, b = prev.search_estimate, rec.search_estimate
     if a is None or b is None or not too_close(a, b, st.opts.tie_band):
         return rec
+    if st.by_worst_gain and not _as_robust(st, prev.from_trial, rec.from_trial):
+        return rec  # close on the tuned workload, but behind on another
     kept = _in_place(st, prev)
     st.notes.append(
         f"trial {rec.from_trial} led trial {prev.from_trial} by "
@@ -110,6 +112,14 @@ def _keep_confirmed(st: RunState, rec: Recommendation) -> Recommendation:
     )
     st.say(f"confirmation: {st.notes[-1]}")
     return kept
+
+
+def _as_robust(st: RunState, earlier: int, later: int) -> bool:
+    """Whether trial ``earlier``'s worst gain is within the tie band of trial ``later``'s or
+    above it (``--objective robust``)."""
+    gains = {t.number: t.worst_gain for t in st.measured()}
+    a, b = gains.get(earlier), gains.get(later)
+    return a is not None and b is not None and a >= b * (1 - st.opts.tie_band)
 
 
 def _in_place(st: RunState, placed: Recommendation) -> Recommendation:

@@ -154,8 +154,13 @@ def trial_min_s(st: RunState, best: TrialReport | None = None) -> float:
         return startup + warmup + 60.0
     x = st.load_of(best) or 1.0
     point = n_search(st, x, best) / max(best.metrics.requests_per_s, 1e-3)
-    # --objective robust: a point on each other workload too, on the same server
-    return startup + warmup + point * (1 + len(st.opts.check_workloads) * st.robust)
+    # --objective robust: a warm-up and a point on each other workload too, on the same server
+    return startup + warmup + point + _others(st) * (warmup + point)
+
+
+def _others(st: RunState) -> int:
+    """The other workloads each configuration is searched on (``--objective robust``)."""
+    return len(st.opts.check_workloads) if st.robust else 0
 
 
 def confirm_try_s(st: RunState, best: TrialReport | None = None) -> float:
@@ -251,7 +256,9 @@ def baseline_confirm_reserve_s(st: RunState, baseline: TrialReport) -> float:
     # baseline's own start, warm-up and search took (the probe left out), must fit before its
     # confirmation is made; else it is put off to the end (``confirm_baseline_late``), where a
     # budget that then has no room leaves the baseline's figure its search estimate.
-    like_baseline = (baseline.startup_s or 0.0) + _searched_s(baseline) + STOP_S
+    # (under --objective robust, a search on each other workload too, on the same server)
+    searched = _searched_s(baseline) * (1 + _others(st))
+    like_baseline = (baseline.startup_s or 0.0) + searched + STOP_S
     trials = max(gate, like_baseline) * min(TRIALS_FIRST, st.opts.trials)
     return trials + confirm_estimate_s(st, fresh=fresh, best=baseline) + held_out_s(st)
 
@@ -295,6 +302,8 @@ def confirm_in_place(st: RunState, trial: TrialReport, best: TrialReport | None)
     start and a try). A fresh start would then only take from the confirmation's tries."""
     if trial.status != "ok" or trial.rejected or trial.score_tokens_per_s is None:
         return False
+    if st.by_worst_gain and trial.worst_gain is None:
+        return False  # not measured on every workload: not ranked (tuner/run/objective.py)
     if unpaid_reason(trial, st.measured(), st.opts.tie_band):
         return False  # it does not lead: its quality cost is not paid (quality_paid.py)
     if best is not None and st.value(trial) < st.value(best):

@@ -174,7 +174,10 @@ def search(st: RunState, ev: Evaluator) -> None:
                 guide.after(t)
             st.trials.append(t)
             numbers.append(n)
-            told = outcome(t, st.value(t))
+            unranked = st.by_worst_gain and t.status == "ok" and t.worst_gain is None
+            told = outcome(t, None if unranked else st.value(t))
+            if unranked:  # not measured on every workload: not a zero, a trial cut short
+                told = Outcome("pruned", 0.0, 1.0, t, attrs=told.attrs)
             t.told_tokens_per_s = told.score if told.status == "ok" else None
             if shared is not None and handle is not None:
                 shared.publish(handle, worker.trial_doc(st, t))

@@ -143,7 +143,7 @@ class RunState(Target, Findings):
         README command of 2026-12-06 08:14 then confirmed the first of them, whose TPOT there
         was 1.8x the second's."""
         ok = may_lead(self.measured(), self.opts.tie_band)  # a quality cost paid by its gain
-        if self.robust:  # measured on every workload (tuner/run/objective.py)
+        if self.by_worst_gain:  # measured on every workload (tuner/run/objective.py)
             ok = [t for t in ok if t.worst_gain is not None]
         return max(ok, key=lambda t: (self.value(t), -held_margin(t))) if ok else None
 
@@ -153,23 +153,31 @@ class RunState(Target, Findings):
         workload and each --check-workload one (tuner/run/objective.py)."""
         return self.opts.objective == "robust"
 
+    @property
+    def by_worst_gain(self) -> bool:
+        """Whether configurations are ranked by their worst gain now: ``--objective robust``
+        once the baseline has a score on the tuned workload, which every gain divides by (a
+        baseline that met the SLOs at no load there leaves the tuned score to rank them)."""
+        base = self.baseline
+        return self.robust and base is not None and bool(base.score_tokens_per_s)
+
     def value(self, t: TrialReport) -> float:
         """What ranks ``t`` (and what Optuna is told), in output tokens/s on the tuned
-        workload: its score; under ``--objective robust`` the baseline's score times its worst
-        gain, the tokens/s a configuration with that gain on every workload would reach here
-        (0 without one)."""
-        if not self.robust:
+        workload: its score; ranked by the worst gain (``by_worst_gain``), the baseline's
+        score times its worst gain, the tokens/s a configuration with that gain on every
+        workload would reach here (0 without one)."""
+        if not self.by_worst_gain or self.baseline is None:
             return t.score_tokens_per_s or 0.0
-        base = self.baseline.score_tokens_per_s if self.baseline is not None else None
-        return (base or 0.0) * (t.worst_gain or 0.0)
+        return (self.baseline.score_tokens_per_s or 0.0) * (t.worst_gain or 0.0)
 
     def to_beat(self, best: TrialReport | None) -> float:
         """The tokens/s on the tuned workload a configuration must exceed to lead ``best``: its
-        score, or under ``--objective robust`` its ``value``. A gain on the tuned workload
-        bounds a worst gain from above, so one that does not exceed this cannot lead."""
+        ``value`` (its score, or ranked by the worst gain the baseline's score times its worst
+        gain). A gain on the tuned workload bounds a worst gain from above, so one that does not
+        exceed this cannot lead."""
         if best is None:
             return 0.0
-        return self.value(best) if self.robust else (best.score_tokens_per_s or 0.0)
+        return self.value(best)
 
     def add_samples(self, number: int, samples: Samples) -> None:
         """A point's samples join its trial's estimate, and the store, at once."""

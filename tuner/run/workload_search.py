@@ -31,6 +31,21 @@ if TYPE_CHECKING:  # the Evaluator measures across workloads through this module
     from tuner.run.trial import Evaluator
 
 
+WARMUP_S = 30.0  # a warm-up's time before any was measured
+POINT_S = 60.0  # a load point's time before any was measured
+
+
+def one_s(st: RunState) -> float:
+    """A warm-up and one load point, as the run's measured configurations took them: the
+    least a capacity search on another workload takes."""
+    measured = st.measured()
+    warm = [t.warmup_s for t in measured if t.warmup_s]
+    points = [p.metrics.duration_s for t in measured for p in t.points if p.metrics.duration_s]
+    return (sum(warm) / len(warm) if warm else WARMUP_S) + (
+        sum(points) / len(points) if points else POINT_S
+    )
+
+
 def search(
     st: RunState,
     ev: Evaluator,

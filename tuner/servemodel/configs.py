@@ -107,7 +107,11 @@ def cache_block(params: dict[str, Any], space: SearchSpace) -> int | None:
     none): what its measured requests computed, for the step model's calibration."""
     full = defaults(space) | params
     on = next(
-        (bool(full[k.name]) for k in space.knobs().values() if k.sim == "prefix_caching"),
+        (
+            bool(full[k.name])
+            for k in space.knobs().values()
+            if k.sim == "prefix_caching" and full.get(k.name) is not None
+        ),
         space.prefix_cache,
-    )
+    )  # as ``sim_knobs`` decides it
     return space.kv_block_size if on else None
