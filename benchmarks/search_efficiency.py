@@ -71,7 +71,7 @@ from tuner.engines.base import EngineStartError  # noqa: E402
 from tuner.engines.models import ModelError  # noqa: E402
 from tuner.runs.probe_run import ProbeError, parse_params  # noqa: E402
 from tuner.search.choice import Candidate, expected_gain  # noqa: E402
-from tuner.search.guide import SCREEN_HORIZON_S, SCREEN_RESOLUTION  # noqa: E402
+from tuner.search.screen import SCREEN_HORIZON_S, SCREEN_RESOLUTION  # noqa: E402
 from tuner.servemodel.calibrate import calibrate  # noqa: E402
 from tuner.servemodel.predict import predict  # noqa: E402
 from tuner.servemodel.scheduler import SimulationError  # noqa: E402

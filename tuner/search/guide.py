@@ -18,6 +18,12 @@ Every start of the engine costs minutes, so within a stage the serving model
 - **The choice** (tuner/search/choice.py): the candidate with the highest expected gain over
   the best measured score, or, for a stage's last trial, the surest gain; where none is worth a
   start, the stage stops, with the number of candidates the model screened.
+- **Ranked by the worst gain** (``--objective robust``, tuner/run/objective.py): the screen
+  scores a setting by the least of its gains, its tuned figure over the baseline's measured
+  one and, on each other workload, its predicted figure over the baseline's predicted one there
+  (the same step model, the lengths the baseline's requests had there: a bias of the model
+  cancels), in the tuned workload's tokens/s; the choice then weighs the tuned prediction
+  against what the best must be beaten by there (an upper bound of the worst gain).
 
 Each measured trial keeps the prediction it was chosen on (``TrialReport.predicted``), and,
 once measured, what the same step model predicts at the load its figures were measured at, so
@@ -36,8 +42,9 @@ from tuner.report.schema import PredictedReport, TrialReport
 from tuner.search.calibration import BuildFit, Calibration, build_key, probe_points
 from tuner.search.calibration import lengths_of as calibration_lengths
 from tuner.search.choice import Candidate, choose
-from tuner.search.screen import screen
+from tuner.search.screen import SCREEN_HORIZON_S, SCREEN_RESOLUTION, screen
 from tuner.search.study import config_key
+from tuner.search.worst_gain import WorstGain
 from tuner.servemodel.configs import build_label, build_of, kv_bytes_per_token, sim_knobs
 from tuner.servemodel.load import Lengths, cycled
 from tuner.servemodel.predict import (
@@ -59,10 +66,6 @@ if TYPE_CHECKING:
     from tuner.run.state import RunState
 
 SCREEN_TRIALS = 200  # distinct candidates the model screens per calibrated build and proposal
-SCREEN_RESOLUTION = 0.05  # a screened candidate's capacity is bracketed this finely (the tie band)
-# Seconds of arrivals per simulated point of a screened candidate: a screen ranks, and its best
-# two are predicted again with the full horizon and the bootstrap before one is chosen.
-SCREEN_HORIZON_S = 15.0
 
 
 @dataclass
@@ -78,6 +81,11 @@ class Guide:
     _chosen: tuple[dict[str, Any], Candidate] | None = None  # the last proposal (full params)
     # predictions by (the step model's trials and points, the configuration, resamples)
     _cache: dict[tuple, Candidate | None] = field(default_factory=dict)
+    # --objective robust: predictions on the other workloads (tuner/search/worst_gain.py)
+    _others: WorstGain = field(init=False)
+
+    def __post_init__(self) -> None:
+        self._others = WorstGain(self)
 
     @property
     def screened(self) -> int:
@@ -244,7 +252,9 @@ class Guide:
             if self._refused(carried, params):
                 return None
             c = self.predict({**carried, **params}, resamples=0)
-            return c.prediction.tokens_per_s if c else None
+            if c is None:
+                return None
+            return self._others.worst({**carried, **params}, c.prediction.tokens_per_s)
 
         seeds = [_in_range(sim, {**carried, **build})]
         if (best := self.st.best()) is not None:

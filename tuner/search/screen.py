@@ -18,6 +18,11 @@ import optuna
 from tuner.search.study import _sample_knobs, distribution
 from tuner.spaces.knob import Knob
 
+SCREEN_RESOLUTION = 0.05  # a screened candidate's capacity is bracketed this finely (the tie band)
+# Seconds of arrivals per simulated point of a screened candidate: a screen ranks, and its best
+# two are predicted again with the full horizon and the bootstrap before one is chosen.
+SCREEN_HORIZON_S = 15.0
+
 optuna.logging.set_verbosity(logging.WARNING)
 
 
