@@ -72,3 +72,18 @@ def test_ranked_on_the_tuned_workload_the_screen_scores_the_tuned_figure(tmp_pat
     st.opts = st.opts.model_copy(update={"objective": "tuned"})
     g = Guide(st, screen_trials=8)
     assert g._others.worst({"max_num_batched_tokens": 256}, 1200.0) == 1200.0
+
+
+def test_the_baselines_other_workloads_keep_back_only_the_runs_end(tmp_path: Path) -> None:
+    """Its figures are what every gain divides by: they come before the first trial's gate,
+    which a trial's searches keep back (a robust run of 18 minutes on a slow box measured the
+    baseline on the tuned workload alone, and no trial after it)."""
+    from tuner.run import sizing
+    from tuner.run.budget import Budget
+
+    st, base = _robust(tmp_path)
+    st.budget = Budget(900.0)
+    assert sizing.reserve_s(st, base) > sizing.end_reserve_s(st)  # the first trial's gate too
+    assert objective._reserve_s(st, base) == sizing.end_reserve_s(st)
+    trial = base.model_copy(update={"number": 1})
+    assert objective._reserve_s(st, trial) == sizing.reserve_s(st, trial)
