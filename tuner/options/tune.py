@@ -59,6 +59,8 @@ PROBE_WARMUP = 8
 # server about what a process burning 8 % of one core does, and a claim tuned without one broke
 # there (docs/results.md, "A neighbour measured against vLLM's client").
 AUTO_NEIGHBOUR_PCT = 8.0
+# --objective robust: the other workloads a run can number (tuner/run/objective.py ``number``)
+MAX_ROBUST_WORKLOADS = 99
 SMALL_MACHINE_CORES = 2
 
 
@@ -273,8 +275,11 @@ class TuneOptions(BaseModel):
                 "workload and each --check-workload: give at least one (--check-workload "
                 "derived: one derived from the tuned workload with another length shape)"
             )
-        if self.objective == "robust" and len(self.check_workloads) > 99:
-            raise ValueError("--objective robust ranks over at most 99 --check-workload workloads")
+        if self.objective == "robust" and len(self.check_workloads) > MAX_ROBUST_WORKLOADS:
+            raise ValueError(
+                f"--objective robust ranks over at most {MAX_ROBUST_WORKLOADS} --check-workload "
+                "workloads"
+            )
         if self.objective == "robust" and self.storage is not None:
             raise ValueError(
                 "--objective robust is for one worker: a shared study (--storage) ranks its "

@@ -39,6 +39,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from tuner.engines.base import RunningServer
+from tuner.options.tune import MAX_ROBUST_WORKLOADS
 from tuner.report.schema import AcrossReport, TrialReport
 from tuner.run import sizing, workload_search
 from tuner.run.state import RunState
@@ -47,14 +48,14 @@ if TYPE_CHECKING:  # the Evaluator calls this module
     from tuner.run.trial import Evaluator
 
 # A measurement on another workload is numbered apart from the trials and the held-out check's
-# (tuner/run/held_out.py: 900 on): ``ACROSS_FIRST + 100 x its trial's number + its workload's``.
+# (tuner/run/held_out.py: 900 on): ``ACROSS_FIRST + 100 x its trial's number + its workload's``,
+# for at most ``MAX_ROBUST_WORKLOADS`` other workloads (the options refuse more).
 ACROSS_FIRST = 10_000
-MAX_WORKLOADS = 99  # --check-workload workloads a robust run can number (tuner/options/tune.py)
 
 
 def number(trial_number: int, k: int) -> int:
     """The number of trial ``trial_number``'s measurement on its ``k``-th other workload."""
-    return ACROSS_FIRST + 100 * trial_number + k
+    return ACROSS_FIRST + (MAX_ROBUST_WORKLOADS + 1) * trial_number + k
 
 
 @contextmanager
@@ -202,7 +203,6 @@ def worst_gain(base: TrialReport | None, t: TrialReport, n: int) -> float | None
         elif theirs.score_tokens_per_s and mine.status == "infeasible":
             gains.append(0.0)  # it fails where the defaults serve
         # else the baseline met the SLOs at no load there: no limit
-
     return min(gains)
 
 
