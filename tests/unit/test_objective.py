@@ -130,6 +130,9 @@ def test_robust_ranks_by_the_worst_gain_not_the_tuned_one(tmp_path: Path) -> Non
         assert t.told_tokens_per_s == pytest.approx(told[t.number])
     # said while it ran, and shown in report.md and report.html
     assert any("trial 1 (batching): worst gain over the 2 workloads" in x for x in lines)
+    # the other workload ranked the search: no held-out check re-measures it after
+    assert report.held_out == [] and not (runner.out / "held_out").exists()
+    assert any("held-out check: none: under --objective robust" in x for x in lines)
     md = (runner.out / "report.md").read_text()
     assert "## Ranked by the worst gain over the workloads (--objective robust)" in md
     assert "Ranked by the worst gain over the 2 workloads: trial 2 is recommended" in md

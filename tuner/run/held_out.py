@@ -22,6 +22,10 @@ Under ``--time-budget`` the check takes what the confirmation left: it is skippe
 reason in the report, where that holds no two starts and a warm-up and a load point per
 configuration and workload; else each of its capacity searches stops at its share of the time
 left.
+
+Under ``--objective robust`` there is no such check: each ``--check-workload`` workload was
+measured on every configuration and ranked the search (tuner/run/objective.py), so none is held
+out, and its gains are in the report's table of gains instead.
 """
 
 from __future__ import annotations
@@ -49,6 +53,12 @@ def check(st: RunState, ev: Evaluator) -> None:
     into ``st.held_out`` (see the module docstring); nothing where none was asked."""
     opts = st.opts
     if not opts.check_workloads:
+        return
+    if st.robust:  # the workloads ranked the search: not held out (the module docstring)
+        st.say(
+            "held-out check: none: under --objective robust the --check-workload workloads "
+            "ranked every configuration (report.md's table of gains), so none is held out"
+        )
         return
     workloads = opts.held_out
     st.held_out = [

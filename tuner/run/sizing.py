@@ -210,9 +210,9 @@ def held_out_s(st: RunState) -> float:
     """What ``--check-workload`` needs after the confirmation (tuner/run/held_out.py): the
     baseline and the recommendation started again, and on each held-out workload a capacity
     search as long as the baseline's own warm-up and points (210 s before it has any); 0
-    without one."""
+    without one, and under --objective robust (whose other workloads are not held out)."""
     n = len(st.opts.check_workloads)
-    if not n or not st.launches:
+    if not n or not st.launches or st.robust:
         return 0.0
     b = st.baseline
     search = _searched_s(b) if b is not None and b.points else 210.0
