@@ -211,6 +211,22 @@ def test_a_baseline_with_no_tuned_score_leaves_the_tuned_score_to_rank(tmp_path:
     assert st.value(robust) == pytest.approx(100.0 * min(2.0, 90.0 / 50.0))
 
 
+def test_a_baseline_with_no_tuned_score_is_noted_once_however_often_measured(
+    tmp_path: Path,
+) -> None:
+    st = run_state(tmp_path)
+    st.opts = st.opts.model_copy(
+        update={"objective": "robust", "check_workloads": [parse_workload(LONG)]}
+    )
+    said: list[str] = []
+    st.say = said.append  # type: ignore[method-assign]
+    base = _t(0, None, "infeasible")
+    for _ in range(2):  # measured, then measured again by a resumed run
+        objective.across(st, None, None, base, "the baseline")  # type: ignore[arg-type]
+    assert [n for n in st.notes if "--objective robust" in n] == [said[0]]
+    assert len(said) == 2 and base.across == []  # nothing searched with no tuned score
+
+
 # ---------------------------------------------------------------- bad input
 @pytest.mark.parametrize(
     ("extra", "needle"),

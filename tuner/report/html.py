@@ -10,7 +10,6 @@ the probe and the trials.
 
 from __future__ import annotations
 
-import html
 from typing import Any
 
 import plotly.graph_objects as go
@@ -24,7 +23,7 @@ from tuner.report.html_model import model_figure, model_table
 from tuner.report.html_objective import INTRO as ROBUST_INTRO
 from tuner.report.html_objective import robust_html
 from tuner.report.html_probe import probe_figure
-from tuner.report.text import ms_text
+from tuner.report.text import esc, ms_text
 from tuner.report.views import Point, ReportView
 
 COLORS = [
@@ -73,10 +72,6 @@ INTRO = {
 
 def _color(i: int) -> str:
     return COLORS[i % len(COLORS)]
-
-
-def esc(text: Any) -> str:
-    return html.escape(str(text))
 
 
 def _div(fig: go.Figure, div_id: str) -> str:

@@ -4,9 +4,8 @@ gain and the tuned gain beside it (tuner/report/held_out_view.py computes; this 
 
 from __future__ import annotations
 
-import html
-
 from tuner.report.held_out_view import HeldOutView
+from tuner.report.text import esc
 
 INTRO = (
     "After the confirmation, the baseline and the recommendation were each started again and "
@@ -14,10 +13,6 @@ INTRO = (
     "capacity estimated from all its points there. The gain is search figure over search "
     "figure; the tuned gain is the recommendation's on the tuned workload."
 )
-
-
-def _esc(x: object) -> str:
-    return html.escape(str(x))
 
 
 def _num(x: float | None, spec: str = ".0f", suffix: str = "") -> str:
@@ -28,20 +23,20 @@ def held_out_html(v: HeldOutView) -> str:
     """The verdict and the table (rows where the recommendation loses are marked)."""
     rows = []
     for r in v.rows:
-        what = f"<code>{_esc(r.workload)}</code>"
+        what = f"<code>{esc(r.workload)}</code>"
         if r.derived:
-            what += f"<br>derived: {_esc(r.derived)}"
+            what += f"<br>derived: {esc(r.derived)}"
         if r.sent:
-            what += f"<br>sent: {_esc(r.sent)}"
+            what += f"<br>sent: {esc(r.sent)}"
         tuned = _num(r.tuned_gain, ".2f", f"x ({r.tuned_basis})" if r.tuned_basis else "x")
         rows.append(
             f'<tr class="{"lost" if r.loses else ""}"><td>{what}</td>'
-            f"{_num(r.baseline_tokens_per_s)}<td>{_esc(r.baseline_load)}</td>"
-            f"{_num(r.recommended_tokens_per_s)}<td>{_esc(r.recommended_load)}</td>"
-            f"{_num(r.gain, '.2f', 'x')}{tuned}<td>{_esc(r.note or '-')}</td></tr>"
+            f"{_num(r.baseline_tokens_per_s)}<td>{esc(r.baseline_load)}</td>"
+            f"{_num(r.recommended_tokens_per_s)}<td>{esc(r.recommended_load)}</td>"
+            f"{_num(r.gain, '.2f', 'x')}{tuned}<td>{esc(r.note or '-')}</td></tr>"
         )
     head = "".join(
-        f"<th>{_esc(h)}</th>"
+        f"<th>{esc(h)}</th>"
         for h in (
             "workload",
             "baseline tok/s",
@@ -56,7 +51,7 @@ def held_out_html(v: HeldOutView) -> str:
     lost = any(r.loses for r in v.rows)
     return (
         f'<p class="held-verdict{" lost" if lost else ""}" id="held-out-verdict">'
-        f"<b>{_esc(v.verdict)}</b></p>"
+        f"<b>{esc(v.verdict)}</b></p>"
         f'<table id="held-out"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody>'
         "</table>"
     )

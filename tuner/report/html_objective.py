@@ -4,9 +4,8 @@ configuration's capacity and gain on every workload it was ranked on and its wor
 
 from __future__ import annotations
 
-import html
-
 from tuner.report.objective_view import Cell, RobustView
+from tuner.report.text import esc
 
 INTRO = (
     "Each configuration was measured on its own server on every workload, one capacity search "
@@ -17,13 +16,9 @@ INTRO = (
 )
 
 
-def _esc(x: object) -> str:
-    return html.escape(str(x))
-
-
 def _cell(c: Cell) -> str:
     if c.tokens_per_s is None:
-        return f"<td>{_esc(c.status)}</td>"
+        return f"<td>{esc(c.status)}</td>"
     gain = f"<br>{c.gain:.2f}x" if c.gain is not None else ""
     return f'<td class="num">{c.tokens_per_s:.0f}{gain}</td>'
 
@@ -31,11 +26,11 @@ def _cell(c: Cell) -> str:
 def robust_html(v: RobustView) -> str:
     """The sentence and the table (the recommended row marked)."""
     head = "".join(
-        f"<th><code>{_esc(w)}</code>{' (tuned)' if i == 0 else ''}</th>"
+        f"<th><code>{esc(w)}</code>{' (tuned)' if i == 0 else ''}</th>"
         for i, w in enumerate(v.workloads)
     )
     rows = "".join(
-        f'<tr class="{"rec" if x.recommended else ""}"><td>{_esc(x.label)}</td>'
+        f'<tr class="{"rec" if x.recommended else ""}"><td>{esc(x.label)}</td>'
         + "".join(_cell(c) for c in x.cells)
         + '<td class="num">'
         + ("-" if x.worst_gain is None else f"{x.worst_gain:.2f}x")
@@ -43,7 +38,7 @@ def robust_html(v: RobustView) -> str:
         for x in v.rows
     )
     return (
-        f'<p id="robust-verdict"><b>{_esc(v.sentence)}</b></p>'
+        f'<p id="robust-verdict"><b>{esc(v.sentence)}</b></p>'
         f'<table id="robust"><thead><tr><th>configuration</th>{head}<th>worst gain</th></tr>'
         f"</thead><tbody>{rows}</tbody></table>"
     )

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tuner.report.schema import Report, TrialReport
+from tuner.scoring.gain import gain
 
 
 @dataclass(frozen=True)
@@ -50,11 +51,7 @@ def robust_view(r: Report) -> RobustView | None:
 
 
 def _row(t: TrialReport, base: TrialReport, rec: int | None, n: int) -> RobustRow:
-    tuned = (
-        t.score_tokens_per_s / base.score_tokens_per_s
-        if t.score_tokens_per_s and base.score_tokens_per_s
-        else None
-    )
+    tuned = gain(t.score_tokens_per_s, base.score_tokens_per_s)
     cells = [Cell(t.score_tokens_per_s, tuned, t.status)]
     cells += [Cell(a.score_tokens_per_s, a.gain, a.status) for a in t.across]
     cells += [Cell(None, None, "not measured")] * (n - len(t.across))

@@ -1,8 +1,10 @@
 """The few ways figures are written as text, shared by every renderer (report.md, the
-terminal, report.html, the comparison, the exports): a latency, a load, a set of SLOs."""
+terminal, report.html, the comparison, the exports): a latency, a load, a set of SLOs, and any
+value made safe inside report.html's markup."""
 
 from __future__ import annotations
 
+import html
 from typing import Any
 
 
@@ -26,3 +28,8 @@ def load_text(load: dict[str, float] | None) -> str:
 def slo_text(slos: list[Any]) -> str:
     """``p99 TTFT <= 2.00 s; p90 TPOT <= 50.0 ms``."""
     return "; ".join(f"p{s.percentile} {s.metric.upper()} <= {ms_text(s.limit_ms)}" for s in slos)
+
+
+def esc(x: Any) -> str:
+    """``x`` as text safe inside HTML markup (report.html, the comparison page)."""
+    return html.escape(str(x))

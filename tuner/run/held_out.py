@@ -42,6 +42,7 @@ from tuner.report.schema import HeldOutReport, TrialReport
 from tuner.run import sizing, workload_search
 from tuner.run.state import RunState
 from tuner.run.trial import Evaluator
+from tuner.scoring.gain import gain
 from tuner.storage.records import RecordsMissing, read_records, records_path
 
 Side = Literal["baseline", "recommended"]
@@ -108,8 +109,9 @@ def _entry(st: RunState, wl: Workload, given: object) -> HeldOutReport:
     if tuned is None and rec is not None:
         best = next((t for t in st.measured() if t.number == rec.from_trial), None)
         base = st.baseline
-        if best and base and best.score_tokens_per_s and base.score_tokens_per_s:
-            tuned, basis = best.score_tokens_per_s / base.score_tokens_per_s, "search"
+        if best and base:
+            tuned = gain(best.score_tokens_per_s, base.score_tokens_per_s)
+            basis = "search" if tuned is not None else ""
     return HeldOutReport(
         workload=describe(wl, []),
         derived=st.opts.derived()[1] if given == "derived" else None,
@@ -233,11 +235,10 @@ def _settle(st: RunState) -> None:
     """Every held-out workload's gain from the scores measured so far."""
     for e in st.held_out:
         b, r = e.baseline, e.recommended
-        if b is not None and r is not None and b.score_tokens_per_s and r.score_tokens_per_s:
-            e.gain = r.score_tokens_per_s / b.score_tokens_per_s
+        e.gain = gain(r.score_tokens_per_s, b.score_tokens_per_s) if b and r else None
+        if e.gain is not None:
             e.basis = "search figure over search figure: output tokens/s at each capacity"
             continue
-        e.gain = None
         missing = [(n, t) for n, t in (("baseline", b), ("recommendation", r)) if t is not None]
         why = [f"the {n} {t.status}: {t.error}" for n, t in missing if not t.score_tokens_per_s]
         if why:

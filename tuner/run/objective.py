@@ -43,6 +43,7 @@ from tuner.options.tune import MAX_ROBUST_WORKLOADS
 from tuner.report.schema import AcrossReport, TrialReport
 from tuner.run import sizing, workload_search
 from tuner.run.state import RunState
+from tuner.scoring.gain import gain
 
 if TYPE_CHECKING:  # the Evaluator calls this module
     from tuner.run.trial import Evaluator
@@ -88,7 +89,8 @@ def across(
             "--objective robust: the baseline met the SLOs at no load on the tuned workload, "
             "so no gain over it can be formed; configurations are ranked by their score there"
         )
-        st.notes.append(why)
+        if why not in st.notes:  # a resumed run that measures its baseline again says it once
+            st.notes.append(why)
         st.say(why)
     if trial.status == "ok":
         workloads = st.opts.held_out
@@ -175,11 +177,7 @@ def settle_all(base: TrialReport | None, measured: list[TrialReport], n: int) ->
     for t in measured:
         for k, a in enumerate(t.across):
             b = base.across[k] if base is not None and k < len(base.across) else None
-            a.gain = (
-                a.score_tokens_per_s / b.score_tokens_per_s
-                if b is not None and a.score_tokens_per_s and b.score_tokens_per_s
-                else None
-            )
+            a.gain = gain(a.score_tokens_per_s, b.score_tokens_per_s) if b is not None else None
         t.worst_gain = worst_gain(base, t, n)
 
 
@@ -198,8 +196,8 @@ def worst_gain(base: TrialReport | None, t: TrialReport, n: int) -> float | None
     for mine, theirs in zip(t.across, base.across, strict=False):
         if "failed" in (mine.status, theirs.status) or "abandoned" in (mine.status, theirs.status):
             return None  # not measured there
-        if mine.score_tokens_per_s and theirs.score_tokens_per_s:
-            gains.append(mine.score_tokens_per_s / theirs.score_tokens_per_s)
+        if (g := gain(mine.score_tokens_per_s, theirs.score_tokens_per_s)) is not None:
+            gains.append(g)
         elif theirs.score_tokens_per_s and mine.status == "infeasible":
             gains.append(0.0)  # it fails where the defaults serve
         # else the baseline met the SLOs at no load there: no limit

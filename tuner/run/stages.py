@@ -18,6 +18,7 @@ from tuner.run import sizing, worker
 from tuner.run.guided_stage import GuidedStage
 from tuner.run.state import RunState
 from tuner.run.trial import Evaluator
+from tuner.scoring.gain import gain
 from tuner.search.guide import Guide
 from tuner.search.study import Outcome, StageResult, run_stage
 from tuner.spaces.space import STAGE_ORDER, Stage
@@ -274,11 +275,7 @@ def _stage_report(
             f"; {len(result.refused)} sampled configurations were not started: the engine "
             f"refuses them (first: {result.refused[0][1]})"
         )
-    gain = (
-        best.score_tokens_per_s / score_before
-        if best and best.score_tokens_per_s and score_before
-        else None
-    )
+    ratio = gain(best.score_tokens_per_s, score_before) if best else None
     return StageReport(
         name=stage.name,
         status="run",
@@ -289,10 +286,10 @@ def _stage_report(
         best_params=best.params if best else None,
         best_score=best.score_tokens_per_s if best else None,
         best_trial=best.number if best else None,
-        gain=gain,
+        gain=ratio,
         contrast=_contrast(st, stage, numbers, before),
         # Without a trial of its own, the stage checked no prediction.
-        prediction_held=prediction_held(expected, gain) if numbers else None,
+        prediction_held=prediction_held(expected, ratio) if numbers else None,
     )
 
 

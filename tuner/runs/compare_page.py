@@ -8,8 +8,8 @@ import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 from plotly.subplots import make_subplots
 
-from tuner.report.html import CONFIG, CSS, esc
-from tuner.report.text import ms_text, slo_text
+from tuner.report.html import CONFIG, CSS
+from tuner.report.text import esc, ms_text, slo_text
 from tuner.runs.compare_runs import Comparison, RunRow
 
 

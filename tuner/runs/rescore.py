@@ -33,6 +33,7 @@ from tuner.run.quality_paid import may_lead
 from tuner.run.scoring import under_capacity
 from tuner.scoring.capacity import LoadAxis
 from tuner.scoring.estimate import Samples, constraints, estimate
+from tuner.scoring.gain import gain
 from tuner.scoring.judge import judge_point, score_window
 from tuner.storage.records import RecordsMissing, read_records, records_path
 from tuner.storage.store import FolderStore
@@ -171,7 +172,7 @@ def _stages(report: Report, by_number: dict[int, TrialReport]) -> list[StageRepo
                     "best_trial": carried.number if carried else None,
                     "best_params": carried.params if carried else None,
                     "best_score": score(carried) or None,
-                    "gain": score(carried) / before if before else None,
+                    "gain": gain(score(carried), before),
                     "prediction_held": None,
                 }
             )
@@ -248,11 +249,7 @@ def rescore(
         ranked = {t.number for t in again if t.worst_gain is not None}
         eligible = [by_number[t.number] for t in eligible if t.number in ranked]
     best = max(eligible, key=partial(_rank, report, base), default=None)
-    gain = (
-        best.score_tokens_per_s / base.score_tokens_per_s
-        if best and base and best.score_tokens_per_s and base.score_tokens_per_s
-        else None
-    )
+    ratio = gain(best.score_tokens_per_s, base.score_tokens_per_s) if best and base else None
     info = Rescored(
         from_slo=report.slo,
         from_max_error_rate=report.max_error_rate,
@@ -260,7 +257,7 @@ def rescore(
         best_trial=best.number if best else None,
         best_tokens_per_s=best.score_tokens_per_s if best else None,
         best_load=best.load if best else None,
-        gain_vs_baseline=gain,
+        gain_vs_baseline=ratio,
         unanswerable=[u for t in again if (u := _unanswerable(report, t))],
         confirm_command=(
             confirm_command(

@@ -47,7 +47,7 @@ class WorstGain:
             mine, theirs = self.predict_on(k, params), self.predict_on(k, base.params)
             if mine is None or not theirs:
                 return tuned if mine is not None else None  # nothing to rank there: tuned
-            worst = min(worst, mine / theirs)
+            worst = min(worst, mine / theirs)  # a prediction of 0 is a gain of 0, not none
         return base.score_tokens_per_s * worst
 
     def predict_on(self, k: int, params: dict[str, Any]) -> float | None:
