@@ -5,7 +5,9 @@ A configuration tuned for one workload can lose on another. This starts the tune
 (vLLM's defaults, as the run launched them) and the run's recommendation (its launch command
 from report.json), once each, and on each server finds the capacity of every workload shape
 below with ``vllm bench serve`` (benchmarks/sweep.py: step from a start by x1.2 to the first
-bracket, then bisect), then prints each shape's gain: the recommendation's output tokens/s at
+bracket, then bisect; from the configuration's own capacity on the shape where an
+``--objective robust`` run searched it there, else from the defaults', else from its tuned
+capacity), then prints each shape's gain: the recommendation's output tokens/s at
 its capacity over the defaults'. The tuned workload itself comes first, so its gain is printed
 beside the others.
 
@@ -116,6 +118,44 @@ def parse_shapes(given: list[str] | None) -> dict[str, SyntheticWorkload]:
     return out
 
 
+def across_load(report: Result, number: int, wl: SyntheticWorkload) -> float | None:
+    """The request rate at which trial ``number`` of an ``--objective robust`` run held on the
+    workload ``wl`` (its ``across`` entry there), or None where it was not searched on it."""
+    trials = [report.get("baseline") or {}, *(report.get("trials") or [])]
+    t: Result = next((x for x in trials if int(x.get("number") or 0) == number), {})
+    for a in t.get("across") or []:
+        try:
+            same = parse_workload(str(a.get("workload"))) == wl
+        except ValueError:
+            continue
+        if same and a.get("score_tokens_per_s") and (a.get("load") or {}).get("rate_rps"):
+            return float(a["load"]["rate_rps"])
+    return None
+
+
+def starts(
+    report: Result, config: Result, own: Result, clients: dict[str, VLLMClient], tuned_x: float
+) -> dict[str, float]:
+    """Where each shape's search starts for one configuration (``config``, of the run whose
+    report is ``own``): its own capacity there, where its run searched it (``--objective
+    robust``); else the first run's (``report``) recommendation's capacity there, the other
+    configuration compared; else the first run's defaults' there; else its tuned capacity
+    (``tuned_x``). A shape far from the tuned one (512-token prompts hold a seventh of 128's
+    rate) would otherwise start far above its capacity, where 250 prompts take minutes to
+    drain."""
+    number = int(config.get("from_trial") or 0)  # a baseline has none: 0
+    out = {}
+    for name, client in clients.items():
+        wl = getattr(client, "workload", None)
+        x = None
+        if isinstance(wl, SyntheticWorkload):
+            rec = int((report.get("recommended") or {}).get("from_trial") or 0)
+            x = across_load(own, number, wl) or across_load(report, rec, wl)
+            x = x or across_load(report, 0, wl)
+        out[name] = x or tuned_x
+    return out
+
+
 def search(args: argparse.Namespace, start: float, bisect: bool = True) -> SweepOptions:
     """A capacity search from ``start`` with points of ``--min-prompts`` prompts (vLLM's
     percentiles alone decide: these are comparisons, not claims)."""
@@ -190,24 +230,28 @@ def main() -> int:
     out = args.out or ROOT / "results" / f"held-out-{time.strftime('%Y%m%d-%H%M%S')}"
     base = report["baseline"]
     configs = {
-        "defaults": (base, float(base["load"]["rate_rps"])),
-        "recommended": (rec, float(rec["load"]["rate_rps"])),
+        "defaults": (base, float(base["load"]["rate_rps"]), report),
+        "recommended": (rec, float(rec["load"]["rate_rps"]), report),
     }
     if args.against is not None:
-        other = read_report(p, args.against).get("recommended") or {}
+        against = read_report(p, args.against)
+        other = against.get("recommended") or {}
         if not other.get("launch_command") or (other.get("load") or {}).get("rate_rps") is None:
             p.error(f"{args.against}: no recommendation at a request rate to measure against")
-        configs["against"] = (other, float(other["load"]["rate_rps"]))
+        configs["against"] = (other, float(other["load"]["rate_rps"]), against)
     print(f"{len(clients)} workloads: " + "; ".join(f"{n}" for n in clients), flush=True)
     found: dict[str, Result] = {}
-    for label, (t, start) in configs.items():
+    for label, (t, start, own) in configs.items():
         spec = LaunchSpec(argv=list(t["launch_command"]), env=dict(t["env"]))
+        at = starts(report, t, own, clients, start)
 
-        def each(url: str, model: str, d: Path, label: str = label, x: float = start) -> Result:
+        def each(
+            url: str, model: str, d: Path, label: str = label, at: dict[str, float] = at
+        ) -> Result:
             res = {}
             for name, client in clients.items():
-                print(f"  {label}, {name}:", flush=True)
-                res[name] = capacity(client, url, model, lm, search(args, x), d / name)
+                print(f"  {label}, {name}: from {at[name]:.3g} requests/s", flush=True)
+                res[name] = capacity(client, url, model, lm, search(args, at[name]), d / name)
                 print(f"  {label}, {name}: {describe_capacity(lm, res[name])}", flush=True)
             return res
 

@@ -13,7 +13,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
-from held_out import SHAPES, ShapedClient, parse_shapes, summarize
+from held_out import SHAPES, ShapedClient, parse_shapes, starts, summarize
 
 from tests.unit.real_tokenizer import smollm2
 
@@ -109,3 +109,36 @@ def test_a_run_tuned_on_a_shape_against_another_runs_recommendation(
     assert "loses to vLLM's defaults" not in printed
     summarize(_found({"defaults": {"mixed": 300.0}, "recommended": {"mixed": 250.0}}), ["mixed"])
     assert "loses to vLLM's defaults on: mixed" in capsys.readouterr().out
+
+
+def test_each_shape_starts_at_the_capacity_known_there() -> None:
+    """A robust run's own figures on a shape start its search there; a configuration with none
+    there starts at the run's recommendation's figure there, else the defaults', and a shape no
+    run searched at its tuned rate."""
+    long = "synthetic:input=512,output=32"
+    clients = {
+        "long": ShapedClient(parse_shapes([f"long={long}"])["long"], smollm2(), tokenizer="t",
+                             input_len=128, output_len=64, slos=SLOS),
+        "heavy": _client("heavy"),
+    }  # fmt: skip
+
+    def across(x: float) -> list[dict]:
+        return [{"workload": long, "score_tokens_per_s": 20.0, "load": {"rate_rps": x}}]
+
+    robust = {
+        "baseline": {"number": 0, "across": across(0.5)},
+        "trials": [{"number": 2, "across": across(0.9)}],
+        "recommended": {"from_trial": 2},
+    }
+    readme = {"baseline": {"number": 0}, "trials": [], "recommended": {"from_trial": 1}}
+    assert starts(robust, robust["baseline"], robust, clients, 3.4) == {"long": 0.5, "heavy": 3.4}
+    assert starts(robust, robust["recommended"], robust, clients, 5.0) == {
+        "long": 0.9,
+        "heavy": 5.0,
+    }
+    assert starts(robust, readme["recommended"], readme, clients, 5.1) == {
+        "long": 0.9,  # the robust run's recommendation's capacity there
+        "heavy": 5.1,
+    }
+    robust["trials"] = []  # not searched there: the defaults' capacity there
+    assert starts(robust, readme["recommended"], readme, clients, 5.1)["long"] == 0.5
