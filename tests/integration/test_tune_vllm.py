@@ -3,6 +3,8 @@
 Kept small for CI: an eager-only space (tests/data/vllm-cpu-ci.yaml), one trial after the
 baseline, a lenient SLO and few requests per point. It checks the whole loop and the report's
 shape, the launch command, and that no engine process outlives the run; it asserts no times.
+The short run ranks its two configurations by their worst gain over a second workload
+(``--objective robust``), at the cost of one short capacity search per configuration.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -32,6 +35,7 @@ from tuner.options import TuneOptions
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
 CI_SPACE = ROOT / "tests" / "data" / "vllm-cpu-ci.yaml"
+OTHER = "synthetic:input=256,output=8"  # test_short_tuning_run's other workload (robust)
 
 
 def _engine_processes() -> list[psutil.Process]:
@@ -84,6 +88,10 @@ def test_short_tuning_run(tmp_path: Path) -> None:
             # too close to call) is tested on the fake engine's real processes
             # (tests/unit/test_runner.py); here it cost a minute of CI's 30.
             side_by_side=False,
+            # ranked by the worst gain over the tuned workload and a prefill-heavy one, each
+            # configuration searched on both on its own server (tuner/run/objective.py)
+            objective="robust",
+            check_workloads=[parse_workload(OTHER)],
         )
     )
     data = json.loads((folder / "report.json").read_text())
@@ -156,6 +164,7 @@ def test_short_tuning_run(tmp_path: Path) -> None:
         ("speculative", "skipped"),
     ]
     assert "left out by --stages" in data["stages"][1]["reason"]
+    _ranked_by_the_worst_gain(data, folder)
     # The probe's diagnosis, on the baseline's server.
     d = data["probe"]
     assert d is not None and d["prefill_rate_tokens_per_s"] > 0 and d["decode_sweep"]
@@ -197,6 +206,32 @@ def test_short_tuning_run(tmp_path: Path) -> None:
     _serve_from_the_exports(folder, rec["env"], tmp_path)
     leftover = [p for p in _engine_processes() if p.pid not in before]
     assert not leftover, f"engine processes left running: {[p.pid for p in leftover]}"
+
+
+def _ranked_by_the_worst_gain(data: dict[str, Any], folder: Path) -> None:
+    """--objective robust on the real engine: the baseline and the trial each searched on the
+    other workload on their own servers (no start of its own: the count of starts above), the
+    worst gains formed from the four figures, the best of them recommended, and no held-out
+    check after (those workloads ranked the search)."""
+    assert data["objective"] == "robust" and data["held_out"] == []
+    base, (trial,) = data["baseline"], data["trials"]
+    for t in (base, trial):
+        assert t["status"] == "ok", t["error"]
+        (a,) = t["across"]
+        assert a["workload"] == OTHER and a["status"] == "ok" and a["points"] >= 1
+        assert a["score_tokens_per_s"] > 0
+        folder_of = folder / "trials" / str(a["number"])
+        assert any(folder_of.glob("*.jsonl")), f"no records in {folder_of}"
+    assert base["worst_gain"] == 1.0
+    tuned = trial["score_tokens_per_s"] / base["score_tokens_per_s"]
+    other = trial["across"][0]["score_tokens_per_s"] / base["across"][0]["score_tokens_per_s"]
+    assert trial["across"][0]["gain"] == pytest.approx(other)
+    assert trial["worst_gain"] == pytest.approx(min(tuned, other))
+    best = 0 if trial["worst_gain"] <= 1.0 else trial["number"]
+    assert data["recommended"]["from_trial"] == best
+    md = (folder / "report.md").read_text()
+    assert "## Ranked by the worst gain over the workloads (--objective robust)" in md
+    assert f"`{OTHER}`" in md
 
 
 def _pgid(pid: int) -> int | None:

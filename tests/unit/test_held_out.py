@@ -31,7 +31,7 @@ from tuner.report.html import render_html
 from tuner.report.render import render_markdown, render_summary
 from tuner.report.schema import HeldOutReport, Report, TrialReport
 from tuner.report.views import build
-from tuner.run import held_out
+from tuner.run import held_out, sizing
 from tuner.run.assemble import assemble
 from tuner.run.budget import Budget
 from tuner.run.runner import Runner
@@ -294,3 +294,15 @@ def test_a_skipped_check_says_why(tmp_path: Path) -> None:
     view = held_out_view(r)
     assert view is not None and view.verdict == "No held-out gain was measured: time budget."
     assert LOSES not in render_markdown(r)
+
+
+def test_a_robust_run_keeps_no_time_back_for_a_held_out_check(tmp_path: Path) -> None:
+    """Ranked by the worst gain, the other workloads are not held out: no check follows the
+    confirmation (tests/unit/test_objective.py), and the run keeps no time back for one."""
+    st = run_state(tmp_path)
+    st.opts = st.opts.model_copy(update={"check_workloads": ["derived"]})
+    tuned = sizing.held_out_s(st)
+    assert tuned > 0  # two starts and a search per configuration, before any was measured
+    st.opts = st.opts.model_copy(update={"objective": "robust"})
+    assert sizing.held_out_s(st) == 0.0
+    assert sizing.end_reserve_s(st) == sizing.confirm_estimate_s(st)

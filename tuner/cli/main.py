@@ -115,7 +115,8 @@ def tune_cmd(
         typer.Option(
             help="after the confirmation, measure the recommendation and the baseline on this "
             "held-out workload too (same forms as --workload, or derived: the tuned one's mean "
-            "lengths in another shape); repeatable; not in a time budget that cannot hold it",
+            "lengths in another shape); repeatable; not in a time budget that cannot hold it; "
+            "under --objective robust, a workload every configuration is ranked on instead",
         ),
     ] = [],  # noqa: B006
     objective: Annotated[
