@@ -6,10 +6,10 @@ A configuration tuned for one workload can lose on another. This starts the tune
 from report.json), once each, and on each server finds the capacity of every workload shape
 below with ``vllm bench serve`` (benchmarks/sweep.py: step from a start by x1.2 to the first
 bracket, then bisect; from the configuration's own capacity on the shape where an
-``--objective robust`` run searched it there, else from the defaults', else from its tuned
-capacity), then prints each shape's gain: the recommendation's output tokens/s at
-its capacity over the defaults'. The tuned workload itself comes first, so its gain is printed
-beside the others.
+``--objective robust`` run searched it there, else from the run's recommendation's there, else
+from the defaults', else from its tuned capacity: ``starts``), then prints each shape's gain:
+the recommendation's output tokens/s at its capacity over the defaults'. The tuned workload
+itself comes first, so its gain is printed beside the others.
 
 Each shape is an autotune workload (probes/workload.py) whose requests autotune builds with
 exact token counts (fresh prompts and salts every call), written as vLLM's ``custom`` dataset,
