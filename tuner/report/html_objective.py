@@ -4,16 +4,11 @@ configuration's capacity and gain on every workload it was ranked on and its wor
 
 from __future__ import annotations
 
+from tuner.report.objective_view import INTRO as RANKED
 from tuner.report.objective_view import Cell, RobustView
 from tuner.report.text import esc
 
-INTRO = (
-    "Each configuration was measured on its own server on every workload, one capacity search "
-    "each, and ranked by the least of its gains over the baseline there: output tokens/s at "
-    "the capacity on each, the gain over the baseline beneath. A configuration not measured on "
-    "every workload is not ranked. These workloads ranked the search, so none of them is held "
-    "out: no held-out check follows."
-)
+INTRO = RANKED.format(gain="the gain over the baseline beneath")
 
 
 def _cell(c: Cell) -> str:

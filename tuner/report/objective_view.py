@@ -18,6 +18,16 @@ class Cell:
     status: str  # "ok", or why it has no figure: "infeasible", "failed", ...
 
 
+# What the table shows and why no held-out check follows, for report.md and report.html alike;
+# ``{gain}`` says where each renderer writes the gain beside a figure.
+INTRO = (
+    "Each configuration was measured on its own server on every workload, one capacity search "
+    "each, and ranked by the least of its gains over the baseline there: output tokens/s at the "
+    "capacity on each, {gain}. A configuration not measured on every workload is not ranked. "
+    "These workloads ranked the search, so none of them is held out: no held-out check follows."
+)
+
+
 @dataclass(frozen=True)
 class RobustRow:
     label: str  # "baseline" or "trial N"

@@ -4,7 +4,7 @@ this only writes)."""
 
 from __future__ import annotations
 
-from tuner.report.objective_view import Cell, RobustRow, robust_view
+from tuner.report.objective_view import INTRO, Cell, RobustRow, robust_view
 from tuner.report.schema import Report
 
 
@@ -33,11 +33,7 @@ def robust_section(r: Report) -> list[str]:
         "",
         f"**{v.sentence}**",
         "",
-        "Each configuration was measured on its own server on every workload, one capacity "
-        "search each, and ranked by the least of its gains over the baseline there: output "
-        "tokens/s at the capacity on each, with the gain over the baseline in brackets. A "
-        "configuration not measured on every workload is not ranked. These workloads ranked "
-        "the search, so none of them is held out: no held-out check follows.",
+        INTRO.format(gain="with the gain over the baseline in brackets"),
         "",
         "| configuration | " + " | ".join(heads) + " | worst gain |",
         "| --- | " + " | ".join("---" for _ in heads) + " | --- |",
