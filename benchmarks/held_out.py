@@ -144,12 +144,12 @@ def starts(
     rate) would otherwise start far above its capacity, where 250 prompts take minutes to
     drain."""
     number = int(config.get("from_trial") or 0)  # a baseline has none: 0
+    rec = int((report.get("recommended") or {}).get("from_trial") or 0)
     out = {}
     for name, client in clients.items():
         wl = getattr(client, "workload", None)
         x = None
         if isinstance(wl, SyntheticWorkload):
-            rec = int((report.get("recommended") or {}).get("from_trial") or 0)
             x = across_load(own, number, wl) or across_load(report, rec, wl)
             x = x or across_load(report, 0, wl)
         out[name] = x or tuned_x
