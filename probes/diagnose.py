@@ -16,6 +16,15 @@ Sweeps, each a few requests on the live server (fresh salts, so no prefix-cache 
    one ratio the workload's lengths set. On a 1-core Xeon (2026-12-05) the probe's fit priced a
    prompt token at 0.21 ms (the concurrency-1 prefill sweep's) where Poisson points beside
    decoding showed 0.39, and predicted the capacity 18 % high; fitted with those points, 4 %.
+   Its lengths are spread (``MIXED_SPREAD``): with fixed lengths a closed loop marches in
+   lockstep, every prompt joining in one wave, so no step computes one prompt beside
+   decoding sequences, and the fit cannot tell what every step with prompts costs (every
+   decoding sequence waits for it) from the first-token overhead outside the steps (which
+   delays no one else): a lone request's TTFT holds both. Spread, the loop drifts out of step
+   within a few requests and prompts join one or two at a time, as under Poisson arrivals.
+   On an AMD EPYC (2026-12-06) the lockstep probe put 95 ms in the overhead and none in a
+   prefill step, where the steps of the Poisson points showed about 150 ms more for each step
+   with one 128-token prompt than without, and its capacity came out 29-46 % high.
 3. The split of time between prefill and decoding at the user's load: from the client (TTFT
    against E2E - TTFT) and, where the server exposes them, from deltas of
    the engine's prefill and decode time series (vLLM's ``vllm:request_prefill_time_seconds``
@@ -47,6 +56,7 @@ PREFILL_MAX_S = 5.0  # a longer prompt of the prefill sweep is skipped past this
 BATCH_SWEEP_FACTOR = 4  # the decode sweep's largest batch, in multiples of the user's load
 MIXED_OUTPUT_SHARE = 0.25  # the mixed point's output tokens, a share of the workload's
 MIXED_MIN_OUTPUT = 4  # and at least this many (a decode observation spans 3 or more tokens)
+MIXED_SPREAD = 0.5  # the mixed point's lengths, uniform over +-50 % (out of lockstep)
 
 
 class SweepPoint(BaseModel):
@@ -226,12 +236,11 @@ def run_diagnosis(
             c = decode[-1].concurrency
             short = max(MIXED_MIN_OUTPUT, round(out_len * MIXED_OUTPUT_SHARE))
             if short < out_len:
-                m = measure(
-                    SyntheticWorkload(input_len=in_len, output_len=short), 4 * c, c, f"mixed-c{c}"
-                )
+                spread = SyntheticWorkload(input_len=in_len, output_len=short, spread=MIXED_SPREAD)
+                m = measure(spread, 4 * c, c, f"mixed-c{c}")
                 mixed = _point(m, in_len, short, c)
                 progress(
-                    f"probe: mixed at c={c:<3d} ({short} output tokens) TTFT p50 "
+                    f"probe: mixed at c={c:<3d} ({short} output tokens, spread) TTFT p50 "
                     f"{m.ttft_ms.p50 or 0:.0f} ms, TPOT p50 {m.tpot_ms.p50 or 0:.1f} ms"
                 )
 

@@ -17,6 +17,7 @@ from probes import measure_inference
 from probes.client import LoadClient
 from probes.diagnose import Diagnosis, SweepPoint, prefill_rate, run_diagnosis
 from probes.inference import InferenceMeasurementError
+from probes.records import RequestRecord
 from probes.roofline import model_size, parse_cache_bytes
 from probes.verdict import StagePlan, decide
 from probes.workload import parse_workload
@@ -220,8 +221,8 @@ def _fake_diagnosis(load_concurrency: int, **kw: Any) -> Diagnosis:
 
 @pytest.mark.timeout(60)
 def test_diagnosis_against_the_fake_server() -> None:
-    kept: dict[str, int] = {}
-    d = _fake_diagnosis(8, keep=lambda name, records: kept.__setitem__(name, len(records)))
+    kept: dict[str, list[RequestRecord]] = {}
+    d = _fake_diagnosis(8, keep=kept.__setitem__)
     assert [p.prompt_tokens for p in d.prefill_sweep] == [32, 64, 256, 1024]
     # up to the user's load, and four times it for the serving model's calibration
     assert [p.concurrency for p in d.decode_sweep] == [1, 4, 8, 32]
@@ -231,7 +232,7 @@ def test_diagnosis_against_the_fake_server() -> None:
     # The fake's batch limit is far above 8, so tokens/s grows with concurrency.
     assert d.verdict.batching_gain is not None and d.verdict.batching_gain > 1
     # every sweep point's records go to the caller, by name, as many as were sent
-    assert kept == {
+    assert {name: len(records) for name, records in kept.items()} == {
         "prefill-32": 3, "prefill-64": 3, "prefill-256": 3, "prefill-1024": 3,
         "decode-c1": 4, "decode-c4": 8, "decode-c8": 16, "decode-c32": 64, "mixed-c32": 128,
     }  # fmt: skip
@@ -239,6 +240,12 @@ def test_diagnosis_against_the_fake_server() -> None:
     mixed = d.mixed_point
     assert mixed is not None and (mixed.concurrency, mixed.output_tokens) == (32, 4)
     assert mixed.prompt_tokens == 32 and mixed.n_requests == 128
+    # its lengths spread over +-50 % (out of lockstep), the decode sweep's fixed
+    outs = [r.max_tokens for r in kept["mixed-c32"]]
+    prompts = [r.n_prompt_expected for r in kept["mixed-c32"]]
+    assert min(outs) == 2 and max(outs) == 6 and len(set(prompts)) > 8
+    assert min(prompts) >= 16 and max(prompts) <= 48
+    assert {r.max_tokens for r in kept["decode-c32"]} == {8}
 
 
 def test_probe_cli_rejects_bad_input() -> None:

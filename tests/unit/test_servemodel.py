@@ -8,6 +8,7 @@ import random
 import pytest
 
 from probes.client import arrival_offsets
+from probes.records import RequestRecord
 from probes.slo import parse_slos
 from tuner.servemodel.calibrate import calibrate, decode_observations, idle_observations
 from tuner.servemodel.load import Lengths, closed_loop, cycled, poisson
@@ -240,6 +241,43 @@ def test_calibration_tells_a_prefill_steps_cost_from_its_tokens() -> None:
     # a step of 60 decoding sequences with one prompt joining, and one without
     assert fit.step_s(128, 60, 0.0, kp) == pytest.approx(true.step_s(128, 60, 0.0, kp), rel=0.05)
     assert fit.step_s(0, 60) == pytest.approx(true.step_s(0, 60), rel=0.05)
+
+
+def _probe_sweeps(true: StepModel, mixed: Lengths) -> list[list[RequestRecord]]:
+    """The probe's sweeps (probes/diagnose.py) on a simulated engine: lone prompts of four
+    lengths, closed loops of 128/64 at 1, 4, 8 and 32, and the mixed point at 32."""
+    knobs = Knobs(128, 2048)
+    points = [
+        simulate([Arrival(5.0 * i, n, 2) for i in range(3)], knobs, true)
+        for n in (64, 128, 256, 1024)
+    ]
+    for c in (1, 4, 8, 32):
+        first, more = closed_loop(c, max(2 * c, 4), FIXED, seed=c)
+        points.append(simulate(first, knobs, true, on_finish=more))
+    first, more = closed_loop(32, 128, mixed, seed=9)
+    points.append(simulate(first, knobs, true, on_finish=more))
+    return points
+
+
+@pytest.mark.parametrize(("overhead", "prefill_step"), [(0.010, 0.090), (0.090, 0.010)])
+def test_the_probes_spread_mixed_point_tells_the_overhead_from_a_prefill_step(
+    overhead: float, prefill_step: float
+) -> None:
+    """A lone request's TTFT holds both the first-token overhead and its prefill step; only
+    steps that compute a prompt beside decoding sequences tell them apart. A mixed point of
+    fixed lengths joins its prompts in lockstep waves; spread over +-50 % (the probe's
+    MIXED_SPREAD), they join one or two at a time, and the fit finds which it was."""
+    true = model(0.017, 0.0005, 0.0022, kpair=0.002, overhead=overhead, prefill_step=prefill_step)
+    rng = random.Random(5)
+    spread = cycled([(rng.randint(64, 192), rng.randint(8, 24)) for _ in range(500)])
+    fit = calibrate(_probe_sweeps(true, spread))
+    assert fit.overhead_s == pytest.approx(overhead, abs=0.015)
+    slos = parse_slos(["ttft=2s"])
+    knobs = Knobs(128, 2048)
+    truth = predict(true, knobs, FIXED, slos, 0.01, "rate", mean_lengths=(128, 64))
+    guess = predict(fit, knobs, FIXED, slos, 0.01, "rate", mean_lengths=(128, 64))
+    assert truth.load is not None and guess.load is not None
+    assert guess.load == pytest.approx(truth.load, rel=0.08)
 
 
 def test_fit_needs_enough_observations() -> None:
