@@ -30,7 +30,7 @@ from probes.metrics import LoadMetrics, Verdict
 from probes.transient import START_SHARE
 from tuner.engines.base import EngineDied, EngineStartError, RunningServer, raise_if_died
 from tuner.report.schema import ConfirmTry, Recommendation, TrialReport
-from tuner.run import objective, sizing, stall, stop
+from tuner.run import objective, sizing, stall, stop, tighten
 from tuner.run.measure import point_line
 from tuner.run.scoring import describe
 from tuner.run.state import RunState
@@ -63,10 +63,12 @@ class Confirmation:
         *,
         baseline: bool,
         reserve_s: float | None,
+        in_place: bool = False,
     ) -> None:
         assert st.measurer is not None
         self.st, self.ev, self.server, self.trial = st, ev, server, trial
         self.cdir, self.label, self.baseline = cdir, label, baseline
+        self.in_place = in_place  # a trial's, mid-search: a held claim may leave time to it
         opts = st.opts
         self.rps = trial.metrics.requests_per_s if trial.metrics else 1.0
         self.e2e_s = (trial.metrics.e2e_ms.p50 or 0.0) / 1000.0 if trial.metrics else 0.0
@@ -141,6 +143,8 @@ class Confirmation:
         need = self.try_s(x)
         if not self.st.budget.fits(need, self.reserve):
             return f"time budget: another try at {self.st.axis.label(x)} needs about {need:.0f} s"
+        if self.in_place and self.held:
+            return tighten.search_instead(self.st, self.trial, need)
         return None
 
     def measure(self, x: float) -> Try:
@@ -226,6 +230,7 @@ def confirm_on(
     *,
     baseline: bool = False,
     reserve_s: float | None = None,
+    in_place: bool = False,
 ) -> Recommendation | None:
     """Confirm a configuration on a running server (tuner/scoring/confirm.py): its load with
     headroom, the full sample, refined within the budget.
@@ -239,10 +244,14 @@ def confirm_on(
 
     A try that missed the headroom only through a stall at its start (probes/transient.py) is
     set aside and measured again once at the same load (tuner/run/stall.py), where the budget
-    holds as many requests again; it is not one of the tries counted."""
+    holds as many requests again; it is not one of the tries counted.
+
+    ``in_place``: a trial's confirmation on its own server mid-search; once a try has held,
+    a higher one is made only where it leaves the next trial's room (tuner/run/tighten.py)."""
     res = Confirmation(
-        st, ev, server, trial, cdir, label, baseline=baseline, reserve_s=reserve_s
-    ).run()
+        st, ev, server, trial, cdir, label, baseline=baseline, reserve_s=reserve_s,
+        in_place=in_place,
+    ).run()  # fmt: skip
     if res is None:
         return None
     rec = _recommendation(st, trial, res, label)

@@ -280,10 +280,10 @@ def another_trial_fits(
     if strict is None:
         lead = best or st.best()
         strict = bool(st.trials) and lead is not None and not _confirmed(st, lead)
-    return st.budget.fits(_gate_s(st, best, strict))
+    return st.budget.fits(gate_s(st, best, strict))
 
 
-def _gate_s(st: RunState, best: TrialReport | None, strict: bool) -> float:
+def gate_s(st: RunState, best: TrialReport | None, strict: bool) -> float:
     one_try = confirm_try_s(st, best)
     fresh = confirm_estimate_s(st, best=best) if strict else 0.0
     return trial_min_s(st, best) + max(one_try, fresh) + held_out_s(st)
@@ -342,7 +342,7 @@ def last_of_stage(st: RunState, started: list[int], planned: int) -> bool:
     est = trial_estimate_s(st)
     # the stage's share, or the whole budget with the run's end kept back (as
     # ``another_trial_fits`` asks, after this trial)
-    return not st.budget.stage_fits(2 * est) or not st.budget.fits(est + _gate_s(st, None, False))
+    return not st.budget.stage_fits(2 * est) or not st.budget.fits(est + gate_s(st, None, False))
 
 
 def open_stage(st: RunState, n_trials: int, later_trials: int) -> None:
@@ -438,4 +438,4 @@ def _first_trial_s(st: RunState, baseline: TrialReport) -> float:
     a 13-minute budget, a 163 s cold start), a baseline search that kept nothing back
     bisected its edge with 60 s points until 222 s were left, no trial fitted, and the run
     recommended the defaults."""
-    return _gate_s(st, baseline, strict=False) + STOP_S
+    return gate_s(st, baseline, strict=False) + STOP_S

@@ -288,7 +288,7 @@ class Evaluator:
             if st.trial_confirmed is not None:
                 st.displaced_confirmed = st.trial_confirmed
             st.trial_confirmed = confirmation.confirm_on(
-                st, self, server, trial, st.out / "confirmation", "confirmation"
+                st, self, server, trial, st.out / "confirmation", "confirmation", in_place=True
             )
 
     def _aim(self, trial: TrialReport, label: str) -> float | None:
