@@ -22,9 +22,13 @@ Sweeps, each a few requests on the live server (fresh salts, so no prefix-cache 
    decoding sequence waits for it) from the first-token overhead outside the steps (which
    delays no one else): a lone request's TTFT holds both. Spread, the loop drifts out of step
    within a few requests and prompts join one or two at a time, as under Poisson arrivals.
-   On an AMD EPYC (2026-12-06) the lockstep probe put 95 ms in the overhead and none in a
-   prefill step, where the steps of the Poisson points showed about 150 ms more for each step
-   with one 128-token prompt than without, and its capacity came out 29-46 % high.
+   On an AMD EPYC (2026-12-06) the lockstep probe's prediction of vLLM's defaults came out
+   29-46 % high in two runs of three: one fit put 95 ms in the overhead and none in a prefill
+   step, where the steps of its Poisson points showed about 150 ms more for each step with one
+   128-token prompt than without. Spread, the next two runs came out 8.9 % and 4.1 % high.
+   The spread is less where the shortest output would fall under ``MIXED_SHORTEST`` or the
+   longest request pass the model's length (``mixed_spread``), and none where the shortest
+   prompt cannot be built.
 3. The split of time between prefill and decoding at the user's load: from the client (TTFT
    against E2E - TTFT) and, where the server exposes them, from deltas of
    the engine's prefill and decode time series (vLLM's ``vllm:request_prefill_time_seconds``
@@ -50,13 +54,20 @@ from probes.records import RequestRecord
 from probes.roofline import DeviceRates, ModelSize, measure_device, model_size, parse_cache_bytes
 from probes.server_metrics import ServerSeries, delta, fetch_snapshot
 from probes.verdict import ProbeVerdict, decide
-from probes.workload import SyntheticWorkload, Tokenizer, Workload, prepare_requests
+from probes.workload import (
+    SyntheticWorkload,
+    Tokenizer,
+    Workload,
+    WorkloadError,
+    prepare_requests,
+)
 
 PREFILL_MAX_S = 5.0  # a longer prompt of the prefill sweep is skipped past this TTFT
 BATCH_SWEEP_FACTOR = 4  # the decode sweep's largest batch, in multiples of the user's load
 MIXED_OUTPUT_SHARE = 0.25  # the mixed point's output tokens, a share of the workload's
 MIXED_MIN_OUTPUT = 4  # and at least this many (a decode observation spans 3 or more tokens)
 MIXED_SPREAD = 0.5  # the mixed point's lengths, uniform over +-50 % (out of lockstep)
+MIXED_SHORTEST = 3  # its shortest output, at least (a decode observation spans 3 or more)
 
 
 class SweepPoint(BaseModel):
@@ -105,6 +116,13 @@ def _point(m: LoadMetrics, prompt: int, out: int, c: int) -> SweepPoint:
         e2e_ms_p50=m.e2e_ms.p50,
         output_tokens_per_s=m.output_tokens_per_s,
     )
+
+
+def mixed_spread(in_len: int, short: int, limit: int) -> float:
+    """The mixed point's spread: ``MIXED_SPREAD``, less where its shortest output would fall
+    under ``MIXED_SHORTEST`` tokens or its longest request (prompt and output) pass ``limit``."""
+    spread = min(MIXED_SPREAD, 1.0 - MIXED_SHORTEST / short, limit / (in_len + short) - 1.0)
+    return max(0.0, spread)
 
 
 def prefill_fit(points: list[SweepPoint]) -> tuple[float, float] | None:
@@ -236,11 +254,22 @@ def run_diagnosis(
             c = decode[-1].concurrency
             short = max(MIXED_MIN_OUTPUT, round(out_len * MIXED_OUTPUT_SHARE))
             if short < out_len:
-                spread = SyntheticWorkload(input_len=in_len, output_len=short, spread=MIXED_SPREAD)
-                m = measure(spread, 4 * c, c, f"mixed-c{c}")
+                spread = mixed_spread(in_len, short, limit)
+                try:
+                    m = measure(
+                        SyntheticWorkload(input_len=in_len, output_len=short, spread=spread),
+                        4 * c, c, f"mixed-c{c}",
+                    )  # fmt: skip
+                except WorkloadError:  # its shortest prompt cannot be built: fixed lengths
+                    spread = 0.0
+                    m = measure(
+                        SyntheticWorkload(input_len=in_len, output_len=short), 4 * c, c,
+                        f"mixed-c{c}",
+                    )  # fmt: skip
                 mixed = _point(m, in_len, short, c)
+                how = f"+-{spread:.0%}" if spread else "fixed lengths"
                 progress(
-                    f"probe: mixed at c={c:<3d} ({short} output tokens, spread) TTFT p50 "
+                    f"probe: mixed at c={c:<3d} ({short} output tokens, {how}) TTFT p50 "
                     f"{m.ttft_ms.p50 or 0:.0f} ms, TPOT p50 {m.tpot_ms.p50 or 0:.1f} ms"
                 )
 

@@ -15,7 +15,14 @@ from typer.testing import CliRunner
 
 from probes import measure_inference
 from probes.client import LoadClient
-from probes.diagnose import Diagnosis, SweepPoint, prefill_rate, run_diagnosis
+from probes.diagnose import (
+    MIXED_SPREAD,
+    Diagnosis,
+    SweepPoint,
+    mixed_spread,
+    prefill_rate,
+    run_diagnosis,
+)
 from probes.inference import InferenceMeasurementError
 from probes.records import RequestRecord
 from probes.roofline import model_size, parse_cache_bytes
@@ -201,7 +208,9 @@ def test_parse_cache_bytes() -> None:
     assert parse_cache_bytes(None) is None and parse_cache_bytes("n/a") is None
 
 
-def _fake_diagnosis(load_concurrency: int, **kw: Any) -> Diagnosis:
+def _fake_diagnosis(
+    load_concurrency: int, workload: str = "synthetic:input=32,output=8", **kw: Any
+) -> Diagnosis:
     """run_diagnosis on the fake server (TTFT 5 ms, 2 ms a token), no roofline."""
     from tests.fakes.tokenizer import CharTokenizer
 
@@ -210,7 +219,7 @@ def _fake_diagnosis(load_concurrency: int, **kw: Any) -> Diagnosis:
             LoadClient(srv.base_url),
             served_model="fake-model",
             tokenizer=CharTokenizer(),
-            workload=parse_workload("synthetic:input=32,output=8"),
+            workload=parse_workload(workload),
             load_concurrency=load_concurrency,
             max_model_len=2048,
             measure_roofline=False,
@@ -240,12 +249,30 @@ def test_diagnosis_against_the_fake_server() -> None:
     mixed = d.mixed_point
     assert mixed is not None and (mixed.concurrency, mixed.output_tokens) == (32, 4)
     assert mixed.prompt_tokens == 32 and mixed.n_requests == 128
-    # its lengths spread over +-50 % (out of lockstep), the decode sweep's fixed
+    # its lengths spread (out of lockstep): +-25 % here, so that no output is under 3 tokens
+    # (4 x 0.75); the decode sweep's are fixed
     outs = [r.max_tokens for r in kept["mixed-c32"]]
     prompts = [r.n_prompt_expected for r in kept["mixed-c32"]]
-    assert min(outs) == 2 and max(outs) == 6 and len(set(prompts)) > 8
-    assert min(prompts) >= 16 and max(prompts) <= 48
+    assert min(outs) == 3 and max(outs) == 5 and len(set(prompts)) > 8
+    assert min(prompts) >= 24 and max(prompts) <= 40
     assert {r.max_tokens for r in kept["decode-c32"]} == {8}
+
+
+def test_the_mixed_points_spread_keeps_its_outputs_and_prompts_within_bounds() -> None:
+    assert mixed_spread(128, 16, 8176) == MIXED_SPREAD  # the README's workload: 8-24 outputs
+    assert mixed_spread(128, 4, 8176) == pytest.approx(0.25)  # 3-5, not 2-6
+    assert mixed_spread(3000, 1000, 4080) == pytest.approx(0.02)  # the longest within the limit
+    assert mixed_spread(4000, 1000, 4080) == 0.0
+
+
+@pytest.mark.timeout(60)
+def test_a_mixed_point_whose_shortest_prompt_cannot_be_built_keeps_fixed_lengths() -> None:
+    kept: dict[str, list[RequestRecord]] = {}
+    d = _fake_diagnosis(8, "synthetic:input=16,output=8", keep=kept.__setitem__)
+    # 12 characters (16 x 0.75) cannot hold the fake tokenizer's salted prompt; 16 can
+    assert d.mixed_point is not None and d.mixed_point.n_requests == 128
+    assert {r.n_prompt_expected for r in kept["mixed-c32"]} == {16}
+    assert {r.max_tokens for r in kept["mixed-c32"]} == {4}
 
 
 def test_probe_cli_rejects_bad_input() -> None:

@@ -15,10 +15,12 @@ from pathlib import Path
 import pytest
 
 import tuner.engines.base as base_mod
+from probes.metrics import Verdict
 from tests.unit.test_runner import HW, FakeEngine, _options
 from tuner.report.render import render_markdown
 from tuner.report.schema import TrialReport
-from tuner.run import sizing
+from tuner.run import sizing, tighten
+from tuner.run.confirmation import Confirmation
 from tuner.run.runner import Runner
 from tuner.run.state import RunState
 
@@ -147,3 +149,35 @@ def test_without_room_at_the_end_the_baseline_stays_unconfirmed_and_no_gain_is_d
     md = render_markdown(report)
     assert f"({ratio:.2f}x), not with the confirmed figure above" in md
     assert "at most" not in md and "is its search estimate, from short points" in md
+
+
+@pytest.mark.timeout(180)
+def test_a_leader_confirmed_in_place_asks_before_raising_its_held_claim(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The in-place confirmation is the one that asks tuner/run/tighten.py before a try after
+    one that held (here it is told the next trial needs the time): its claim is its first try.
+    Whether a try at the edge holds depends on this machine's speed, so every try counts as
+    held here: what is tested is who asks, not the verdict."""
+    _tight(monkeypatch)
+    asked: list[int] = []
+
+    def search_instead(
+        st: RunState, trial: TrialReport, try_s: float, reserve_s: float = 0.0
+    ) -> str | None:
+        asked.append(trial.number)
+        return "the next trial's room"
+
+    def took(self: Confirmation, verdict: Verdict) -> None:
+        self.tries += 1
+        self.held = True
+
+    monkeypatch.setattr(tighten, "search_instead", search_instead)
+    monkeypatch.setattr(Confirmation, "took", took)
+    lines: list[str] = []
+    opts = _options(tmp_path, time_budget_s=3600.0, side_by_side=False)
+    report = Runner(opts, lines.append, engine=FakeEngine(), hardware=HW).run()
+    rec = report.recommended
+    assert rec is not None and rec.from_trial == 1 and not rec.fresh_start, "\n".join(lines)
+    assert asked == [1]  # trial 1's, once; not the baseline's late confirmation
+    assert len(rec.tries) == 1

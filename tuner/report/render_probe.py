@@ -47,7 +47,8 @@ def render_probe(p: Any) -> str:
             )
         if (x := d.mixed_point) is not None:
             lines.append(
-                f"  mixed at concurrency {x.concurrency} ({x.output_tokens} output tokens): "
+                f"  mixed at concurrency {x.concurrency} ({x.output_tokens} output tokens on "
+                "average): "
                 f"TTFT p50 {ms_text(x.ttft_ms_p50)}, TPOT p50 {ms_text(x.tpot_ms_p50)}"
             )
         if d.device and d.model:
@@ -103,7 +104,7 @@ def probe_section(r: Report) -> list[str]:
     if (x := d.mixed_point) is not None:
         out.append(
             f"Prompts joining decoding sequences (c={x.concurrency}, {x.output_tokens} output "
-            f"tokens each, for the serving model's calibration): TTFT p50 "
+            f"tokens on average, for the serving model's calibration): TTFT p50 "
             f"{ms_text(x.ttft_ms_p50)}, TPOT p50 {ms_text(x.tpot_ms_p50)}."
         )
     if d.device and d.model:

@@ -126,7 +126,10 @@ class Confirmation:
         many requests at the lower load the next try would be at, where no try has met the SLOs
         yet, another is allowed, and the time left holds both whole (else a kept-back second
         try would be cut short, provisional, and could not meet them either; growth is then
-        this try's one chance). The baseline's tries are whole or not made: nothing."""
+        this try's one chance). The baseline's tries are whole or not made: nothing. A trial's
+        try in place after a held one: the next trial's room (tuner/run/tighten.py)."""
+        if self.in_place and self.held:
+            return tighten.kept_from_growth(self.st, self.trial, self.try_s(x, n), self.reserve)
         if self.held or self.baseline or self.tries + 1 >= self.max_tries:
             return 0.0
         second = self.try_s(x * STEP_DOWN_FLOOR, n)
@@ -144,7 +147,7 @@ class Confirmation:
         if not self.st.budget.fits(need, self.reserve):
             return f"time budget: another try at {self.st.axis.label(x)} needs about {need:.0f} s"
         if self.in_place and self.held:
-            return tighten.search_instead(self.st, self.trial, need)
+            return tighten.search_instead(self.st, self.trial, need, self.reserve)
         return None
 
     def measure(self, x: float) -> Try:

@@ -28,6 +28,7 @@ class Doing:
     stage: str = "baseline"
     stage_trials: int = 0  # configurations the stage may measure
     stage_started: int = 0  # of them started so far
+    later_trials: int = 0  # configurations the stages after this one may measure
     trial: str = ""  # "trial 3 (batching)"
     config: str = ""  # its knobs, as the log line shows them
 

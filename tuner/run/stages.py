@@ -186,6 +186,7 @@ def search(st: RunState, ev: Evaluator) -> None:
 
         st.say(f"stage {name}: up to {n_trials} configurations ({why})")
         st.doing.stage, st.doing.stage_trials, st.doing.stage_started = name, n_trials, 0
+        st.doing.later_trials = sum(p or 0 for _, p, _, _ in rows[i_stage + 1 :])
         measure_stage = partial(
             run_stage,
             stage,
