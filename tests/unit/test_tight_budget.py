@@ -23,6 +23,7 @@ from tuner.run import sizing, tighten
 from tuner.run.confirmation import Confirmation
 from tuner.run.runner import Runner
 from tuner.run.state import RunState
+from tuner.scoring import confirm as confirm_rules
 
 
 def _tight(monkeypatch: pytest.MonkeyPatch) -> list[str]:
@@ -157,8 +158,9 @@ def test_a_leader_confirmed_in_place_asks_before_raising_its_held_claim(
 ) -> None:
     """The in-place confirmation is the one that asks tuner/run/tighten.py before a try after
     one that held (here it is told the next trial needs the time): its claim is its first try.
-    Whether a try at the edge holds depends on this machine's speed, so every try counts as
-    held here: what is tested is who asks, not the verdict."""
+    Whether a try at the edge holds, and where the next would go, depend on this machine's
+    speed, so every try counts as held and a next load is always proposed: what is tested is
+    who asks, not the verdicts."""
     _tight(monkeypatch)
     asked: list[int] = []
 
@@ -174,6 +176,7 @@ def test_a_leader_confirmed_in_place_asks_before_raising_its_held_claim(
 
     monkeypatch.setattr(tighten, "search_instead", search_instead)
     monkeypatch.setattr(Confirmation, "took", took)
+    monkeypatch.setattr(confirm_rules, "_next", lambda tries, *a, **k: 2.0 * tries[-1].load)
     lines: list[str] = []
     opts = _options(tmp_path, time_budget_s=3600.0, side_by_side=False)
     report = Runner(opts, lines.append, engine=FakeEngine(), hardware=HW).run()
