@@ -204,12 +204,17 @@ def test_a_leading_trial_keeps_back_tries_at_its_own_capacity_not_the_best_ones(
     est = st.estimate(1)
     assert est is not None and est.censored == "none" and 5.46 < (est.load or 0) < 6.1
     _keeps_back(st, clock, trial, 2 * (505 / (est.load or 1) + 8.0))
-    # Trailing the baseline: the baseline's fresh confirmation is what must fit.
+    # Trailing the baseline: the baseline's fresh confirmation is what must fit, with one try
+    # while the run has measured fewer than three trials (``fresh_tries``), two after.
     slow = _trial(2, 55.0, 1.0)
     slow.points = [_point(1.0, True), _point(2.0, False)]
     _samples(st, 2, 1.0, 300.0)
     _samples(st, 2, 2.0, 5000.0)
-    _keeps_back(st, clock, slow, fresh)
+    _keeps_back(st, clock, slow, fresh - sizing.confirm_try_s(st, base))
+    st.trials = [_trial(n, 55.0, 1.0) for n in (3, 4, 5)]  # starts of 55 s from now on
+    two = 55.0 + 30.0 + 2 * sizing.confirm_try_s(st, base)
+    assert sizing.confirm_estimate_s(st) == pytest.approx(two)
+    _keeps_back(st, clock, slow, two)
 
 
 def _keeps_back(st: RunState, clock: Clock, trial: TrialReport, reserve_s: float) -> None:
@@ -223,8 +228,9 @@ def _keeps_back(st: RunState, clock: Clock, trial: TrialReport, reserve_s: float
 def test_after_the_first_trial_another_needs_room_for_the_unconfirmed_best_on_a_fresh_start(
     tmp_path: Path,
 ) -> None:
-    """The first trial is a gamble the probe backs: it needs only its own confirmation. Any
-    later one that loses must still leave the best (unconfirmed) a fresh start and two tries."""
+    """The first trial is a gamble the probe backs: it needs only its own confirmation. A
+    later one that loses must still leave the best (unconfirmed) a fresh start and a try; from
+    the run's third trial on, two tries."""
     clock = Clock()
     st = _state(tmp_path, clock)
     st.baseline = _trial(0, 122.0, 2.73)
@@ -233,14 +239,41 @@ def test_after_the_first_trial_another_needs_room_for_the_unconfirmed_best_on_a_
     assert sizing.another_trial_fits(st)  # no trial measured yet
     st.trials = [_trial(1, 60.0, 2.5)]  # measured, and behind the baseline
     assert sizing.start_estimate_s(st) == 60.0
-    strict = sizing.trial_min_s(st) + 60.0 + 30.0 + 2 * sizing.confirm_try_s(st)
-    clock.t = BUDGET_S - strict - 1.0
-    assert sizing.another_trial_fits(st)
-    clock.t += 2.0
-    assert not sizing.another_trial_fits(st)
+    one_try = sizing.trial_min_s(st) + 60.0 + 30.0 + sizing.confirm_try_s(st)
+    assert sizing.confirm_try_s(st) > 10.0  # the second try is no rounding error here
+    _fits_until(st, clock, one_try)
+    st.trials.append(_trial(2, 60.0, 2.5))
+    _fits_until(st, clock, sizing.trial_min_s(st) + 60.0 + 30.0 + sizing.confirm_try_s(st))
+    # From the third trial on, a first try at the edge of the noise leaves room for a second.
+    st.trials.append(_trial(3, 60.0, 2.5))
+    two_tries = sizing.trial_min_s(st) + 60.0 + 30.0 + 2 * sizing.confirm_try_s(st)
+    _fits_until(st, clock, two_tries)
     # The baseline confirmed already: only the next trial's own confirmation must fit.
     st.baseline_confirmed = object()  # type: ignore[assignment]  # only its presence counts
     assert sizing.another_trial_fits(st)
+
+
+def test_a_trial_just_measured_counts_towards_the_second_try(tmp_path: Path) -> None:
+    """``confirm_in_place`` asks before the trial it measured is in the run's list: that trial
+    counts, so the third trial's question is costed with two tries, as the next one's is."""
+    st = _state(tmp_path, Clock())
+    st.baseline = _trial(0, 122.0, 2.73)
+    st.trials = [_trial(1, 60.0, 2.5)]
+    third = _trial(2, 60.0, 3.0)
+    assert sizing.fresh_tries(st) == 1
+    assert sizing.fresh_tries(st, third) == 1
+    st.trials.append(third)
+    assert sizing.fresh_tries(st, third) == 1  # in the list already: counted once
+    assert sizing.fresh_tries(st, _trial(3, 60.0, 3.0)) == 2
+    assert sizing.fresh_tries(st, st.baseline) == 1  # the baseline is no trial
+
+
+def _fits_until(st: RunState, clock: Clock, need_s: float) -> None:
+    """Another trial fits with ``need_s`` left, and not with a second less."""
+    clock.t = BUDGET_S - need_s - 0.5
+    assert sizing.another_trial_fits(st)
+    clock.t += 1.0
+    assert not sizing.another_trial_fits(st)
 
 
 def test_a_rate_point_spans_three_lifetimes_of_the_failed_point_above_it(tmp_path: Path) -> None:

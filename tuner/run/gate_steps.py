@@ -21,6 +21,7 @@ from probes.exactness import Exactness, describe
 from probes.quality import Quality, QualityError
 from tuner.engines.base import RunningServer, raise_if_died
 from tuner.report.schema import TrialReport, write_atomic
+from tuner.run import sizing
 from tuner.run.gates import quality_rejection, rejection
 from tuner.run.state import RunState
 
@@ -113,6 +114,10 @@ class GateSteps:
         speculative = bool(st.space.changed("speculative", trial.params))
         new_best = not trial.rejected and (best is None or st.value(trial) > st.to_beat(best))
         if not speculative and not (new_best and trial.status == "ok"):
+            return
+        if not speculative and not sizing.another_trial_fits(st, trial, strict=False):
+            # Nothing can follow it, a speculative trial least of all: no reference to keep.
+            # (The README command on a slow AMD box, 2026-12-07: 9 s of the last minutes.)
             return
         try:
             outs = self.greedy(server, trial, tdir)

@@ -225,13 +225,34 @@ def _searched_s(t: TrialReport) -> float:
 
 
 def end_reserve_s(st: RunState) -> float:
-    """What the run keeps back for its end: the confirmation and the held-out check."""
-    return confirm_estimate_s(st) + held_out_s(st)
+    """What the run keeps back for its end: the confirmation (on a fresh start, with
+    ``fresh_tries``) and the held-out check."""
+    return confirm_estimate_s(st, tries=fresh_tries(st)) + held_out_s(st)
+
+
+def fresh_tries(st: RunState, also: TrialReport | None = None) -> int:
+    """The full-size tries a confirmation on a fresh start is costed with where a trial could
+    still lose and leave the best one: one while the run has measured fewer than
+    ``TRIALS_FIRST`` trials (``also``: one just measured, not in the run's list yet), two
+    after. The second try is the fallback for a first one at the edge of the noise (the first
+    is at 85 % of the fitted capacity at most, ``tuner/run/confirmation.py``); costed from the
+    second trial on, it held no second trial on a slow box: the README command on the 2-core
+    AMD EPYC of 2026-12-07 03:02 (13 minutes, the defaults at 3.5 requests/s, so that one
+    505-request try takes 146 s) had trial 1 lead at 6:50 with 370 s left, against a gate of
+    a start, a point and a fresh start with two tries (about 490 s), and measured 2
+    configurations where four were asked for. With one try kept back the gate is about 335 s.
+    A first try that then breaks with no time for a second leaves the recommendation that
+    try's verdict, said as not met."""
+    n = len(st.trials)
+    if also is not None and also.number != 0 and all(t is not also for t in st.trials):
+        n += 1
+    return 1 if n < TRIALS_FIRST else 2
 
 
 # Configurations a run measures after the baseline before the baseline's confirmation is made
-# (``baseline_confirm_reserve_s``): the README command on the Xeon (13 minutes, 2026-12-05)
-# confirmed the baseline in 71 s right after its search and then had time for two trials.
+# (``baseline_confirm_reserve_s``), and before a fresh confirmation is costed with a second try
+# (``fresh_tries``): the README command on the Xeon (13 minutes, 2026-12-05) confirmed the
+# baseline in 71 s right after its search and then had time for two trials.
 TRIALS_FIRST = 3
 
 
@@ -269,13 +290,15 @@ def another_trial_fits(
     """Whether the budget holds one more trial (a start, a warm-up, one load point) and the
     confirmation the run could then end with. If the trial leads, one full-size try on its own
     server (``confirm_in_place``); if it does not, and the best is not confirmed yet, the
-    best's whole confirmation on a fresh start too: two tries, since a first one at the edge
-    of the noise needs a second, lower one. (The AMD machines, seed 61: a trial whose gate
-    kept one try back ran, lost, and left the best's second try 379 of the 505 requests its
-    p99 needs, so the recommendation did not meet the SLO. With two kept back, the best is
-    confirmed on its own server instead, and a restart is saved.) The run's first trial is
-    spared the second: it is the one the probe expects most of, and the start it is costed
-    with is the run's first, which filled the compile cache (``start_estimate_s``).
+    best's whole confirmation on a fresh start too, with ``fresh_tries``: from the run's
+    ``TRIALS_FIRST``-th trial on, two, since a first one at the edge of the noise needs a
+    second, lower one. (The AMD machines, seed 61: a trial whose gate kept one try back ran,
+    lost, and left the best's second try 379 of the 505 requests its p99 needs, so the
+    recommendation did not meet the SLO. With two kept back, the best is confirmed on its own
+    server instead, and a restart is saved.) Before it, one: two held no second trial on a
+    slow box. The run's first trial is spared the fresh start: it is the one the probe
+    expects most of, and the start it is costed with is the run's first, which filled the
+    compile cache (``start_estimate_s``).
     ``strict``: the fresh confirmation counted (or not) whatever the run has measured."""
     if strict is None:
         lead = best or st.best()
@@ -285,7 +308,7 @@ def another_trial_fits(
 
 def gate_s(st: RunState, best: TrialReport | None, strict: bool) -> float:
     one_try = confirm_try_s(st, best)
-    fresh = confirm_estimate_s(st, best=best) if strict else 0.0
+    fresh = confirm_estimate_s(st, best=best, tries=fresh_tries(st, best)) if strict else 0.0
     return trial_min_s(st, best) + max(one_try, fresh) + held_out_s(st)
 
 
