@@ -19,7 +19,7 @@ from tuner.run.state import RunState
 from tuner.search.calibration import BuildFit
 from tuner.search.choice import MIN_GAIN, Candidate, expected_gain
 from tuner.search.guide import Guide
-from tuner.search.screen import screen
+from tuner.search.screen import BATCH, screen
 from tuner.search.study import config_key
 from tuner.servemodel.load import cycled, poisson
 from tuner.servemodel.predict import Prediction
@@ -126,13 +126,22 @@ def test_the_guide_screens_the_scheduler_knobs_and_proposes_what_could_gain(tmp_
     # the best setting the screen found for the calibrated build is at least its seed
     # (vLLM's defaults brought into the searched range)
     screened = g._screen_build(stage, {}, {}, [k for k in stage.knobs if k.sim])
-    assert screened and screened[0].prediction.tokens_per_s >= 0.97 * own.prediction.tokens_per_s
+    assert screened and (found := g.predict(screened[0])) is not None
+    assert found.prediction.tokens_per_s >= 0.97 * own.prediction.tokens_per_s
+
+
+def _top(g: Guide, stage: Stage, sim: list) -> Candidate:
+    """The measured build's best setting the screen found, predicted in full."""
+    (params, *_) = g._screen_build(stage, {}, {}, sim)
+    top = g.predict(params)
+    assert top is not None
+    return top
 
 
 def test_a_candidate_build_is_measured_first_at_the_best_simulated_setting(tmp_path: Path) -> None:
     _, _, g, _, stage = _measured_as_predicted(tmp_path)
     sim = [k for k in stage.knobs if k.sim and not k.sim_build]
-    (top, *_) = g._screen_build(stage, {}, {}, sim)
+    top = _top(g, stage, sim)
     c = g.propose(stage, {}, {config_key({})})
     assert c is not None and c.basis == "transferred"
     # the space's first candidate's build (both cores, coarser streaming, no access log) ...
@@ -151,7 +160,7 @@ def test_a_stages_last_trial_goes_to_the_surest_gain_not_the_least_sure(tmp_path
     # measured build's best setting, and has the larger expected gain for its spread
     _, base, g, _, stage = _measured_as_predicted(tmp_path)
     sim = [k for k in stage.knobs if k.sim and not k.sim_build]
-    (top, *_) = g._screen_build(stage, {}, {}, sim)
+    top = _top(g, stage, sim)
     explore = g.propose(stage, {}, {config_key({})})
     assert explore is not None and explore.basis == "transferred"
     assert expected_gain(explore, base.score_tokens_per_s or 0.0) > expected_gain(
@@ -204,11 +213,20 @@ def test_screen_finds_the_best_setting_of_a_scripted_score() -> None:
     st_space = load_space(space_path("vllm", "cpu"))
     knobs = [k for k in st_space.knobs().values() if k.name == "max_num_seqs"]
 
-    def score(p: dict) -> float:
-        return -abs(p["max_num_seqs"] - 100)
+    asked: list[dict] = []
+
+    def score(batch: list[dict]) -> list[float | None]:
+        asked.extend(batch)
+        assert 1 <= len(batch) <= BATCH
+        return [
+            None if p["max_num_seqs"] % 7 == 0 else -abs(p["max_num_seqs"] - 100) for p in batch
+        ]
 
     ranked = screen(knobs, score, n_trials=40, seed=1, seeds=[{"max_num_seqs": 16}])
     assert len(ranked) == 40  # distinct settings: the sampler's repeats are not counted
+    # every setting scored once: neither a repeat nor a refused one is asked again
+    assert len({p["max_num_seqs"] for p in asked}) == len(asked) > 40
+    assert not any(p["max_num_seqs"] % 7 == 0 for p, _ in ranked)
     assert abs(ranked[0][0]["max_num_seqs"] - 100) <= 10
     assert [s for _, s in ranked] == sorted((s for _, s in ranked), reverse=True)
 

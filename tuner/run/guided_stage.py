@@ -5,6 +5,7 @@ and the stage goes on with Optuna's sampler, as with ``--no-serving-model``."""
 
 from __future__ import annotations
 
+import time
 import traceback
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -105,10 +106,12 @@ class GuidedStage:
         the batching stage measured nothing.)"""
         c = None
         final = False
+        before, t0 = self.guide.screened, time.monotonic()
         if self.off is None:
             try:
                 if self.guide.fits():
                     final = last()
+                    self.guide.workers = 1
                     c = self.guide.propose(stage, carried, tried, last=final)
                     self.st.screened = self.guide.screened
                     if c is None:
@@ -119,9 +122,14 @@ class GuidedStage:
             return _next_candidate(stage, tried)
         shown = " ".join(f"{k}={v}" for k, v in c.params.items())
         why = " (the stage's last: the surest gain)" if final else ""
+        w = self.guide.workers
+        took = (
+            f" ({self.guide.screened - before} now, in {time.monotonic() - t0:.0f} s on {w} "
+            f"{'processes' if w > 1 else 'process'})"
+        )
         self.st.say(
             f"stage {stage.name}: the serving model has screened {self.guide.screened} "
-            f"configurations; next{why}: {shown}"
+            f"configurations{took}; next{why}: {shown}"
         )
         return c.params
 

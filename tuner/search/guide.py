@@ -42,6 +42,7 @@ from tuner.report.schema import PredictedReport, TrialReport
 from tuner.search.calibration import BuildFit, Calibration, build_key, probe_points
 from tuner.search.calibration import lengths_of as calibration_lengths
 from tuner.search.choice import Candidate, choose
+from tuner.search.parallel import map_forked, usable
 from tuner.search.screen import SCREEN_HORIZON_S, SCREEN_RESOLUTION, screen
 from tuner.search.study import config_key
 from tuner.search.worst_gain import WorstGain
@@ -75,6 +76,7 @@ class Guide:
     st: RunState
     screen_trials: int = SCREEN_TRIALS  # candidates screened per calibrated build and proposal
     _screened: set[tuple] = field(default_factory=set)  # every configuration predicted
+    workers: int = 1  # the most processes its predictions were spread over (parallel.py)
     _cal: Calibration | None = None
     _lengths: list[tuple[int, ...]] | None = None
     _pending: StepModel | None = None  # the step model of the trial being measured
@@ -150,19 +152,39 @@ class Guide:
     def predict(self, params: dict[str, Any], *, resamples: int = 100) -> Candidate | None:
         """The model's prediction for the full configuration ``params`` (None: no build is
         calibrated yet, or the configuration cannot be simulated)."""
-        fit = self._nearest(params)
+        return self.predict_many([params], resamples=resamples)[0]
+
+    def predict_many(
+        self, many: list[dict[str, Any]], *, resamples: int = 100
+    ) -> list[Candidate | None]:
+        """``predict`` of each configuration in ``many``, those not predicted before side by
+        side on the machine's cores (tuner/search/parallel.py)."""
         pairs = self.lengths()
-        if fit is None or not pairs:
-            return None
-        key = (
-            self.calibration.stamps.get(self._key(fit.build)),
-            config_key(params),
-            resamples,
-            self.errors().get("capacity", {}).get("n"),
-        )
-        if key not in self._cache:
-            self._cache[key] = self._predict(params, fit, pairs, resamples)
-        return self._cache[key]
+        keys: list[tuple | None] = []
+        todo: dict[tuple, tuple[dict[str, Any], BuildFit]] = {}
+        for params in many:
+            fit = self._nearest(params)
+            if fit is None or not pairs:
+                keys.append(None)
+                continue
+            key = (
+                self.calibration.stamps.get(self._key(fit.build)),
+                config_key(params),
+                resamples,
+                self.errors().get("capacity", {}).get("n"),
+            )
+            keys.append(key)
+            if key not in self._cache:
+                todo.setdefault(key, (params, fit))
+        if todo and pairs:
+            jobs = list(todo.values())
+            self.workers = max(self.workers, usable(len(jobs)))
+            found = map_forked(lambda job: self._predict(job[0], job[1], pairs, resamples), jobs)
+            for key, (params, _), c in zip(todo, jobs, found, strict=True):
+                self._cache[key] = c
+                if c is not None:
+                    self._screened.add(config_key(params))
+        return [self._cache[k] if k is not None else None for k in keys]
 
     def _predict(
         self, params: dict[str, Any], fit: BuildFit, pairs: list[tuple[int, ...]], resamples: int
@@ -188,7 +210,6 @@ class Guide:
             )
         except (SimulationError, ValueError):
             return None
-        self._screened.add(config_key(params))
         own = basis in ("calibrated", "probe")
         return Candidate(params, p, p.basis, list(fit.trials) if own else [])
 
@@ -214,20 +235,25 @@ class Guide:
         if not sim or not fits:
             return None
         best = self.st.best()
-        cands: list[Candidate] = []
+        found: list[dict[str, Any]] = []
         top: dict[str, dict[str, Any]] = {}  # per build: its best simulated-knob setting
         for key, fit in fits.items():
-            found = self._screen_build(stage, carried, fit.build, sim)
-            cands += found
-            if found:
-                top[key] = {k.name: found[0].params[k.name] for k in sim}
+            ranked = self._screen_build(stage, carried, fit.build, sim)
+            found += ranked
+            if ranked:
+                top[key] = {k.name: ranked[0][k.name] for k in sim}
         # A new build takes the simulated knobs the model found best for the build it is
         # nearest to (the best measured one's), so its first measurement is a good guess too.
         ref = self._key(best.params) if best is not None else next(iter(fits))
         sim_values = top.get(ref) or next(iter(top.values()), {})
-        for params in self._new_builds(stage, carried, sim_values, tried):
-            if (c := self.predict({**carried, **params})) is not None:
-                cands.append(Candidate(params, c.prediction, c.basis, c.build_trials))
+        found += self._new_builds(stage, carried, sim_values, tried)
+        # each predicted with the full horizon and the bootstrap, side by side
+        predicted = self.predict_many([{**carried, **params} for params in found])
+        cands = [
+            Candidate(params, c.prediction, c.basis, c.build_trials)
+            for params, c in zip(found, predicted, strict=True)
+            if c is not None
+        ]
         cands = [
             c
             for c in cands
@@ -242,19 +268,20 @@ class Guide:
 
     def _screen_build(
         self, stage: Stage, carried: dict[str, Any], build: dict[str, Any], sim: list[Knob]
-    ) -> list[Candidate]:
-        """The best simulated-knob settings of one calibrated build (at most two), each with
-        its prediction, best first."""
+    ) -> list[dict[str, Any]]:
+        """The best simulated-knob settings of one calibrated build (at most two; the stage's
+        knobs, the build's among them), best first."""
         base = _in_range([k for k in stage.knobs if k not in sim], {**carried, **build})
 
-        def score(values: dict[str, Any]) -> float | None:
-            params = {**base, **values}
-            if self._refused(carried, params):
-                return None
-            c = self.predict({**carried, **params}, resamples=0)
-            if c is None:
-                return None
-            return self._others.worst({**carried, **params}, c.prediction.tokens_per_s)
+        def score(batch: list[dict[str, Any]]) -> list[float | None]:
+            fulls = [{**carried, **base, **values} for values in batch]
+            ok = [f for f in fulls if not self._refused(carried, f)]
+            found = dict(zip(map(config_key, ok), self.predict_many(ok, resamples=0), strict=True))
+            out: list[float | None] = []
+            for f in fulls:
+                c = found.get(config_key(f))
+                out.append(None if c is None else self._others.worst(f, c.prediction.tokens_per_s))
+            return out
 
         seeds = [_in_range(sim, {**carried, **build})]
         if (best := self.st.best()) is not None:
@@ -262,12 +289,7 @@ class Guide:
         ranked = screen(
             sim, score, n_trials=self.screen_trials, seed=self.st.opts.seed, seeds=seeds
         )
-        out = []
-        for values, _ in ranked[:2]:
-            params = {**base, **values}
-            if (c := self.predict({**carried, **params})) is not None:
-                out.append(Candidate(params, c.prediction, c.basis, c.build_trials))
-        return out
+        return [{**base, **values} for values, _ in ranked[:2]]
 
     def _new_builds(
         self, stage: Stage, carried: dict[str, Any], sim_values: dict[str, Any], tried: set[tuple]

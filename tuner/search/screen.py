@@ -10,6 +10,7 @@ would refuse (the space's rules) is told as infeasible, as in the measured searc
 from __future__ import annotations
 
 import logging
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -27,11 +28,16 @@ optuna.logging.set_verbosity(logging.WARNING)
 
 
 MAX_ASKS = 4  # asks per distinct setting wanted, at most (a small space runs out of new ones)
+# Settings asked of the sampler at once and scored side by side (tuner/search/parallel.py): the
+# same on every machine, so that a screen's sequence does not depend on its cores. The sampler
+# is a constant liar: the settings of a batch not scored yet count as bad ones, so that one
+# batch does not ask the same region four times.
+BATCH = 4
 
 
 def screen(
     knobs: list[Knob],
-    score: Callable[[dict[str, Any]], float | None],
+    score: Callable[[list[dict[str, Any]]], list[float | None]],
     *,
     n_trials: int,
     seed: int,
@@ -41,7 +47,8 @@ def screen(
 
     Args:
         knobs: the simulated knobs of one stage.
-        score: the predicted tokens/s of a setting of ``knobs``.
+        score: the predicted tokens/s of each of a batch of settings of ``knobs`` (at most
+            ``BATCH``, each distinct and never scored before), in their order.
         n_trials: distinct settings to score, the seeds included (the sampler repeats some:
             a repeat is told its score again and not counted, up to ``MAX_ASKS`` x
             ``n_trials`` asks in all).
@@ -54,25 +61,38 @@ def screen(
     if not knobs:
         return []
     dists = {k.name: distribution(k) for k in knobs}
-    sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=10, multivariate=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        sampler = optuna.samplers.TPESampler(
+            seed=seed, n_startup_trials=10, multivariate=True, constant_liar=True
+        )
     study = optuna.create_study(direction="maximize", sampler=sampler)
     names = set(dists)
     for s in seeds:
         study.enqueue_trial({k: v for k, v in s.items() if k in names}, skip_if_exists=True)
     scored: dict[tuple, tuple[dict[str, Any], float]] = {}
-    for _ in range(MAX_ASKS * n_trials):
-        if len(scored) >= n_trials:
-            break
-        trial = study.ask()
-        params = _sample_knobs(trial, knobs, dists)
-        key = tuple(sorted((k, repr(v)) for k, v in params.items()))
-        if key in scored:
-            study.tell(trial, scored[key][1])
-            continue
-        value = score(params)
-        if value is None:
-            study.tell(trial, state=optuna.trial.TrialState.FAIL)
-            continue
-        scored[key] = (params, value)
-        study.tell(trial, value)
+    refused: set[tuple] = set()
+    asks = 0
+    while len(scored) < n_trials and asks < MAX_ASKS * n_trials:
+        batch = []
+        for _ in range(min(BATCH, n_trials - len(scored), MAX_ASKS * n_trials - asks)):
+            trial = study.ask()
+            params = _sample_knobs(trial, knobs, dists)
+            batch.append((trial, params, tuple(sorted((k, repr(v)) for k, v in params.items()))))
+            asks += 1
+        new: dict[tuple, dict[str, Any]] = {}
+        for _, params, key in batch:
+            if key not in scored and key not in refused:
+                new.setdefault(key, params)
+        values = score(list(new.values())) if new else []
+        for (key, params), value in zip(new.items(), values, strict=True):
+            if value is None:
+                refused.add(key)
+            else:
+                scored[key] = (params, value)
+        for trial, _, key in batch:
+            if key in scored:
+                study.tell(trial, scored[key][1])
+            else:
+                study.tell(trial, state=optuna.trial.TrialState.FAIL)
     return sorted(scored.values(), key=lambda pv: -pv[1])
