@@ -17,6 +17,7 @@ import json
 import re
 import statistics
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -104,6 +105,28 @@ def model_size(model_dir: str | Path) -> ModelSize | None:
     return ModelSize(parameters=n_params, weight_bytes=n_bytes, dtype="/".join(sorted(dtypes)))
 
 
+def in_turn(
+    fns: list[Callable[[], Any]],
+    repeats: int,
+    sync: Callable[[], Any] = lambda: None,
+    clock: Callable[[], float] = time.perf_counter,
+) -> list[float]:
+    """The median time of each of ``fns``, run in turn ``repeats`` times (a, b, a, b, ...)
+    after one warm-up call each (page faults, kernel selection): a moment of other work on the
+    machine slows one round of all of them, not all the rounds of one."""
+    for fn in fns:
+        fn()
+    sync()
+    out: list[list[float]] = [[] for _ in fns]
+    for _ in range(repeats):
+        for fn, times in zip(fns, out, strict=True):
+            t0 = clock()
+            fn()
+            sync()
+            times.append(clock() - t0)
+    return [statistics.median(times) for times in out]
+
+
 def measure_device(
     device: str = "cpu",
     copy_mib: int | None = None,
@@ -128,36 +151,36 @@ def measure_device(
     dst = torch.empty_like(src)
     sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
 
-    def timed(fn: Any) -> float:
-        fn()  # warm-up (page faults, kernel selection)
-        sync()
-        out = []
-        for _ in range(repeats):
-            t0 = time.perf_counter()
-            fn()
-            sync()
-            out.append(time.perf_counter() - t0)
-        return statistics.median(out)
-
-    t_copy = timed(lambda: dst.copy_(src))
+    (t_copy,) = in_turn([lambda: dst.copy_(src)], repeats, sync)
     bw = 2 * n_elems * 4 / t_copy / 1e9  # one read and one write per element
 
-    def matmul(dtype: Any) -> tuple[int, float]:
-        """(side, TFLOP/s) of one data type's product, the side cut where it would be slow."""
-        n = matmul_n
+    def side(dtype: Any) -> int:
+        """The product's side for ``dtype``: cut to a quarter where a full one would be slow.
+        Judged by a second small product: the first pays for setting the kernel up (oneDNN's
+        code for bf16 on a CPU), and timed alone it cut the side on a 2-core AMD EPYC whose bf16
+        products run at 2.2x float32's, where the 512-side product then measured 34 GFLOP/s
+        against float32's 173 at 2048, and the probe said bf16 was emulated (the README command,
+        2026-12-07 06:17)."""
         small = max(1, matmul_n // 4)
         a = torch.randn(small, small, dtype=dtype, device=device)
+        torch.mm(a, a)
+        sync()
         t0 = time.perf_counter()
         torch.mm(a, a)
         sync()
-        if (time.perf_counter() - t0) * (n / small) ** 3 > MATMUL_MAX_S:
-            n = small
+        slow = (time.perf_counter() - t0) * (matmul_n / small) ** 3 > MATMUL_MAX_S
+        return small if slow else matmul_n
+
+    # bf16 and float32 products taken in turn, so that whatever else runs on the machine for a
+    # moment slows both alike and their ratio stands.
+    n_bf16, n_fp32 = side(torch.bfloat16), side(torch.float32)
+    ops = {}
+    for name, dtype, n in (("bf16", torch.bfloat16, n_bf16), ("fp32", torch.float32, n_fp32)):
         a = torch.randn(n, n, dtype=dtype, device=device)
         b = torch.randn(n, n, dtype=dtype, device=device)
-        return n, 2 * n**3 / timed(lambda: torch.mm(a, b)) / 1e12
-
-    n_bf16, bf16 = matmul(torch.bfloat16)
-    n_fp32, fp32 = matmul(torch.float32)
+        ops[name] = (n, lambda a=a, b=b: torch.mm(a, b))
+    times = in_turn([op for _, op in ops.values()], repeats, sync)
+    bf16, fp32 = (2 * n**3 / t / 1e12 for (n, _), t in zip(ops.values(), times, strict=True))
     return DeviceRates(
         device=device,
         threads=torch.get_num_threads() if device == "cpu" else None,

@@ -60,3 +60,26 @@ def test_the_baselines_try_keeps_nothing_back_for_a_second(tmp_path: Path) -> No
     c = _confirmation(tmp_path, clock, baseline=True)
     clock.t = 1200.0 - 10.0 - c.try_s(X, N) - 30.0
     assert c.room_for(X, N) == int(30.0 * X)
+
+
+def test_once_a_try_has_met_no_try_is_made_short_of_its_percentile(tmp_path: Path) -> None:
+    """A higher try cut to the time left would be provisional and could not raise the claim.
+    (The trial's measured 4.0 requests/s under the try's 4.69: a cut try fits its time.)"""
+    clock = Clock()
+    st = run_state(tmp_path, budget_s=1200.0, now=clock)
+    st.measurer = object()  # type: ignore[assignment]  # not measured here
+    trial = _trial(3, 45.0, 4.0, e2e_ms=13_000.0)
+    c = Confirmation(
+        st, None, None, trial, tmp_path, "confirmation",  # type: ignore[arg-type]
+        baseline=False, reserve_s=0.0,
+    )  # fmt: skip
+    whole = c.try_s(X, N)
+    clock.t = 1200.0 - 10.0 - 0.8 * whole  # four fifths of a whole try left
+    assert c.n_for(X) < N
+    assert c.may_try(X) is None  # nothing met yet: a short try is still a figure
+    c.took(_verdict(True, -0.5))
+    assert c.held
+    why = c.may_try(X)
+    assert why is not None and f"{N} requests its percentile needs" in why
+    clock.t = 0.0  # time for a whole one
+    assert c.n_for(X) == N and c.may_try(X) is None

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import json
 import struct
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -410,6 +411,58 @@ def test_device_rates_measure_float32_beside_bf16(monkeypatch: pytest.MonkeyPatc
     assert r.matmul_dtype == "bfloat16" and r.matmul_tflops > 0
     assert r.fp32_matmul_n == 64 and r.fp32_matmul_tflops is not None
     assert r.bf16_over_fp32 == pytest.approx(r.matmul_tflops / r.fp32_matmul_tflops)
+
+
+def test_a_slow_first_product_does_not_cut_the_side(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first bf16 product sets its kernel up (oneDNN): 0.2 s here, which at a quarter of
+    the side extrapolates past MATMUL_MAX_S. Judged by the second, the side stays whole and
+    bf16 and float32 are compared at the same size."""
+    import torch
+
+    import probes.roofline as roofline
+
+    mm = torch.mm
+    first: set[Any] = set()
+
+    def slow_first(a: Any, b: Any) -> Any:
+        if a.dtype not in first:
+            first.add(a.dtype)
+            time.sleep(0.2)
+        return mm(a, b)
+
+    monkeypatch.setattr(torch, "mm", slow_first)
+    r = roofline.measure_device("cpu", copy_mib=8, matmul_n=64, repeats=1)
+    assert first == {torch.bfloat16, torch.float32}  # the stand-in was used
+    assert r.matmul_n == 64 and r.fp32_matmul_n == 64
+
+
+def test_bf16_and_float32_are_timed_in_turn_so_a_busy_moment_slows_both_alike() -> None:
+    """A scripted clock: every call takes 1 s, except during a 'busy' stretch (the 3rd to the
+    8th timed call: 6 of 14), which take 10 s. In turn, the stretch falls on three rounds of
+    each type, and both medians stay 1 s; one type after the other, it falls on four of the
+    first type's seven, whose median it makes 10 s."""
+    import probes.roofline as roofline
+
+    now = [0.0]
+    calls: list[str] = []
+
+    def op(name: str) -> Callable[[], None]:
+        def run() -> None:
+            calls.append(name)
+            measured = len(calls) - 2  # after the two warm-up calls
+            now[0] += 10.0 if 3 <= measured <= 8 else 1.0
+
+        return run
+
+    times = roofline.in_turn([op("bf16"), op("fp32")], repeats=7, clock=lambda: now[0])
+    assert calls == ["bf16", "fp32"] * 8  # a warm-up each, then in turn
+    assert times == [1.0, 1.0]
+    # The control: one type's rounds, then the other's, under the same stretch.
+    now[0], calls[:] = 0.0, []
+    one_then_other = [
+        roofline.in_turn([op(n)], repeats=7, clock=lambda: now[0])[0] for n in ("a", "b")
+    ]
+    assert one_then_other == [10.0, 1.0]
 
 
 @pytest.mark.timeout(60)
