@@ -34,7 +34,8 @@ Sweeps, each a few requests on the live server (fresh salts, so no prefix-cache 
    the engine's prefill and decode time series (vLLM's ``vllm:request_prefill_time_seconds``
    and ``vllm:request_decode_time_seconds``) around it.
 4. Roofline context (probes/roofline.py): copy bandwidth and bf16 and float32 matmul
-   throughput measured on the device, the model's weight bytes, the last-level cache.
+   throughput measured on the device, in a fresh process of its own, the model's weight
+   bytes, the last-level cache.
 
 Then probes/verdict.py decides. Everything measured is kept in the result, beside the verdict.
 """
@@ -51,7 +52,14 @@ from probes.client import LoadClient, run_load
 from probes.metrics import LoadMetrics, summarize
 from probes.neighbour import Neighbour
 from probes.records import RequestRecord
-from probes.roofline import DeviceRates, ModelSize, measure_device, model_size, parse_cache_bytes
+from probes.roofline import (
+    DeviceRates,
+    ModelSize,
+    RooflineError,
+    measure_device_apart,
+    model_size,
+    parse_cache_bytes,
+)
 from probes.server_metrics import ServerSeries, delta, fetch_snapshot
 from probes.verdict import ProbeVerdict, decide
 from probes.workload import (
@@ -278,7 +286,11 @@ def run_diagnosis(
     llc = parse_cache_bytes(llc_text)
     rates = None
     if measure_roofline:
-        rates = measure_device(device, llc_bytes=llc)
+        try:
+            rates = measure_device_apart(device, llc_bytes=llc)
+        except RooflineError as exc:
+            progress(f"probe: {exc}; the stages are planned without the roofline")
+    if rates is not None:
         fp32 = (
             f", float32 {rates.fp32_matmul_tflops * 1000:.0f}"
             if rates.fp32_matmul_tflops is not None

@@ -413,6 +413,18 @@ def test_device_rates_measure_float32_beside_bf16(monkeypatch: pytest.MonkeyPatc
     assert r.bf16_over_fp32 == pytest.approx(r.matmul_tflops / r.fp32_matmul_tflops)
 
 
+def test_the_roofline_is_measured_in_a_process_of_its_own() -> None:
+    """A fresh interpreter measures the device and hands its rates back as JSON; one that
+    fails is a RooflineError with its last line, not a crash of the probe."""
+    import probes.roofline as roofline
+
+    r = roofline.measure_device_apart("cpu")
+    assert r.device == "cpu" and r.matmul_tflops > 0 and r.fp32_matmul_tflops
+    assert r.memory_bandwidth_gbps > 0
+    with pytest.raises(roofline.RooflineError, match=r"failed: .*nonsense"):
+        roofline.measure_device_apart("nonsense")
+
+
 def test_a_slow_first_product_does_not_cut_the_side(monkeypatch: pytest.MonkeyPatch) -> None:
     """The first bf16 product sets its kernel up (oneDNN): 0.2 s here, which at a quarter of
     the side extrapolates past MATMUL_MAX_S. Judged by the second, the side stays whole and
