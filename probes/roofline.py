@@ -142,9 +142,9 @@ def measure_device(
 
     Args:
         copy_mib: buffer size; default 4x the last-level cache (at least 256 MiB).
-        matmul_n: the matrices' side; smaller for a data type whose first product at a quarter
-            of it shows that one at full size would take over ``MATMUL_MAX_S`` (emulated bf16
-            on an AVX2-only CPU: about 8 s a product at 2048).
+        matmul_n: the matrices' side; smaller for a data type whose second product at a
+            quarter of it shows that one at full size would take over ``MATMUL_MAX_S``
+            (emulated bf16 on an AVX2-only CPU: about 8 s a product at 2048).
     """
     import torch
 
@@ -219,7 +219,9 @@ def measure_device_apart(
 
     Raises:
         RooflineError: the process failed or ran past ``timeout_s``."""
-    root = str(Path(__file__).resolve().parents[1])  # the caller's own probes package
+    # the caller's own probes package: run from its root (``-m`` puts the working directory
+    # first on the path), found there first too
+    root = str(Path(__file__).resolve().parents[1])
     path = os.environ.get("PYTHONPATH")
     env = {**os.environ, "PYTHONPATH": root if not path else os.pathsep.join([root, path])}
     argv = [sys.executable, "-m", "probes.roofline", "--device", device]
@@ -227,15 +229,21 @@ def measure_device_apart(
         argv += ["--llc-bytes", str(llc_bytes)]
     try:
         out = subprocess.run(
-            argv, capture_output=True, text=True, timeout=timeout_s, env=env, check=False
-        )
+            argv, capture_output=True, text=True, timeout=timeout_s, env=env, cwd=root,
+            check=False,
+        )  # fmt: skip
     except subprocess.TimeoutExpired:
         raise RooflineError(f"measuring the device took over {timeout_s:.0f} s") from None
+    except OSError as exc:
+        raise RooflineError(f"measuring the device could not start: {exc}") from None
     lines = out.stdout.strip().splitlines()
     if out.returncode != 0 or not lines:
         why = (out.stderr.strip().splitlines() or [f"exit {out.returncode}"])[-1]
         raise RooflineError(f"measuring the device failed: {why}")
-    return DeviceRates.model_validate_json(lines[-1])
+    try:
+        return DeviceRates.model_validate_json(lines[-1])
+    except ValueError as exc:
+        raise RooflineError(f"measuring the device printed no rates: {lines[-1][:80]}") from exc
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -13,8 +13,10 @@ Rules (each figure comes from the probe's own sweeps, never from a data sheet):
 - Batching pays off when output tokens/s grows at least 1.5x from concurrency 1 to the largest
   concurrency swept (a step serves many sequences for about the price of one). It pays off too
   where bf16 matmuls run at under half float32's rate (``BF16_EMULATED``: a CPU without bf16
-  instructions emulates them, and torch's bf16 matmul on an AMD Zen 4 with avx512_bf16 measured
-  23 % of float32's, 2026-12-06; the batching stage holds the compute data type there).
+  instructions emulates them; the batching stage holds the compute data type there). (The
+  probe once put an AMD Zen 4 with avx512_bf16 at 19-23 % of float32's: its first product
+  paid for oneDNN's set-up and cut the side, and other work in the tuner's process slowed
+  its products; measured apart, that CPU's bf16 runs at 2.2x float32's, probes/roofline.py.)
 - Quantisation (fewer weight bytes per token) is expected to pay off when decoding is
   memory-bound and decoding takes at least a third of the time; else it mostly costs quality.
 - Speculative decoding is expected to pay off when decoding is memory-bound and a step's cost

@@ -80,6 +80,6 @@ def test_once_a_try_has_met_no_try_is_made_short_of_its_percentile(tmp_path: Pat
     c.took(_verdict(True, -0.5))
     assert c.held
     why = c.may_try(X)
-    assert why is not None and f"{N} requests its percentile needs" in why
+    assert why is not None and f"of its {N} requests" in why
     clock.t = 0.0  # time for a whole one
     assert c.n_for(X) == N and c.may_try(X) is None

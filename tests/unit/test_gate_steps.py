@@ -56,3 +56,15 @@ def test_a_new_best_that_nothing_can_follow_takes_no_greedy_outputs(tmp_path: Pa
     behind = _trial(2, 60.0, 1.0)
     steps.exactness(server, behind, tmp_path, "trial 2", lead)
     assert asked == []
+
+
+def test_in_a_shared_study_a_new_best_keeps_its_greedy_outputs_for_the_other_workers(
+    tmp_path: Path,
+) -> None:
+    clock = Clock()
+    st, steps, asked = _steps(tmp_path, clock)
+    st.shared = object()  # type: ignore[assignment]  # only its presence counts here
+    clock.t = BUDGET_S - 30.0  # no trial fits on this worker's budget
+    server: RunningServer = _Server()  # type: ignore[assignment]
+    steps.exactness(server, _trial(1, 60.0, 3.0), tmp_path, "trial 1", st.baseline)
+    assert asked == [1]  # another worker may start the speculative stage from it

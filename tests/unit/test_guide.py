@@ -138,6 +138,24 @@ def _top(g: Guide, stage: Stage, sim: list) -> Candidate:
     return top
 
 
+def test_predictions_on_forked_workers_are_those_made_in_the_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    st, _, g, _, _ = _measured_as_predicted(tmp_path)
+    many = [{"max_num_seqs": s, "max_num_batched_tokens": 2048} for s in (16, 64, 128, 256)]
+    monkeypatch.setenv("AUTOTUNE_WORKERS", "1")
+    alone = g.predict_many(many, resamples=0)
+    assert g.workers == 1
+    monkeypatch.setenv("AUTOTUNE_WORKERS", "2")
+    apart = Guide(st)  # nothing cached
+    forked = apart.predict_many(many, resamples=0)
+    assert apart.workers == 2 and apart.screened == 4
+    assert [c.prediction.tokens_per_s for c in forked if c] == [
+        c.prediction.tokens_per_s for c in alone if c
+    ]
+    assert all(c is not None for c in alone)
+
+
 def test_a_candidate_build_is_measured_first_at_the_best_simulated_setting(tmp_path: Path) -> None:
     _, _, g, _, stage = _measured_as_predicted(tmp_path)
     sim = [k for k in stage.knobs if k.sim and not k.sim_build]

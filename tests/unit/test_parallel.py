@@ -4,6 +4,7 @@ and in the parent wherever a fork would not be safe."""
 from __future__ import annotations
 
 import os
+import signal
 import threading
 
 import pytest
@@ -49,3 +50,10 @@ def test_one_worker_or_one_item_runs_in_the_parent(monkeypatch: pytest.MonkeyPat
     assert set(parallel.map_forked(lambda x: os.getpid(), [1, 2, 3])) == {os.getpid()}
     monkeypatch.setenv("AUTOTUNE_WORKERS", "64")
     assert parallel.workers() == parallel.MAX_WORKERS
+
+
+def test_a_worker_leaves_ctrl_c_to_the_tuner() -> None:
+    got = parallel.map_forked(
+        lambda x: (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)), [1, 2], 2
+    )
+    assert got == [(signal.SIG_IGN, signal.SIG_DFL)] * 2

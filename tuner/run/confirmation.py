@@ -146,14 +146,15 @@ class Confirmation:
         need = self.try_s(x)
         if not self.st.budget.fits(need, self.reserve):
             return f"time budget: another try at {self.st.axis.label(x)} needs about {need:.0f} s"
-        if self.held and self.n_for(x) < sizing.n_confirm(self.st, x):
+        whole = sizing.n_confirm_fit(self.st, x, self.rps)  # not cut to the time left
+        if self.held and self.n_for(x) < whole:
             # Cut to the time left, it would be provisional, and a provisional try never
             # raises a claim that held: it only ends the run later. (The README command on a
             # slow AMD box, 2026-12-07 06:17: after 505 requests held, tries of 259 and 45
             # took the last 77 s and changed nothing.)
             return (
-                f"time budget: a try at {self.st.axis.label(x)} now would be short of the "
-                f"{sizing.n_confirm(self.st, x)} requests its percentile needs"
+                f"time budget: a try at {self.st.axis.label(x)} now would be cut to "
+                f"{self.n_for(x)} of its {whole} requests"
             )
         if self.in_place and self.held:
             return tighten.search_instead(self.st, self.trial, need, self.reserve)

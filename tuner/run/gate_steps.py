@@ -115,7 +115,11 @@ class GateSteps:
         new_best = not trial.rejected and (best is None or st.value(trial) > st.to_beat(best))
         if not speculative and not (new_best and trial.status == "ok"):
             return
-        if not speculative and not sizing.another_trial_fits(st, trial, strict=False):
+        if (
+            not speculative
+            and st.shared is None  # another worker may start the speculative stage from it
+            and not sizing.another_trial_fits(st, trial, strict=False)
+        ):
             # Nothing can follow it, a speculative trial least of all: no reference to keep.
             # (The README command on a slow AMD box, 2026-12-07: 9 s of the last minutes.)
             return

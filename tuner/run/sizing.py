@@ -290,8 +290,8 @@ def another_trial_fits(
     """Whether the budget holds one more trial (a start, a warm-up, one load point) and the
     confirmation the run could then end with. If the trial leads, one full-size try on its own
     server (``confirm_in_place``); if it does not, and the best is not confirmed yet, the
-    best's whole confirmation on a fresh start too, with ``fresh_tries``: from the run's
-    ``TRIALS_FIRST``-th trial on, two, since a first one at the edge of the noise needs a
+    best's whole confirmation on a fresh start too, with ``fresh_tries``: once the run has
+    measured ``TRIALS_FIRST`` trials, two, since a first one at the edge of the noise needs a
     second, lower one. (The AMD machines, seed 61: a trial whose gate kept one try back ran,
     lost, and left the best's second try 379 of the 505 requests its p99 needs, so the
     recommendation did not meet the SLO. With two kept back, the best is confirmed on its own
