@@ -160,6 +160,7 @@ class Guide:
         """``predict`` of each configuration in ``many``, those not predicted before side by
         side on the machine's cores (tuner/search/parallel.py)."""
         pairs = self.lengths()
+        n_errors = self.errors().get("capacity", {}).get("n")  # the spread's evidence
         keys: list[tuple | None] = []
         todo: dict[tuple, tuple[dict[str, Any], BuildFit]] = {}
         for params in many:
@@ -171,7 +172,7 @@ class Guide:
                 self.calibration.stamps.get(self._key(fit.build)),
                 config_key(params),
                 resamples,
-                self.errors().get("capacity", {}).get("n"),
+                n_errors,
             )
             keys.append(key)
             if key not in self._cache:
