@@ -10,9 +10,11 @@ from functools import partial
 import pytest
 
 from tuner.scoring.capacity import (
+    AIM_BELOW,
     CONCURRENCY,
     NEAR_DESCEND,
     RATE_STEP,
+    RESOLUTION,
     LoadAxis,
     PointOutcome,
     consistent_best,
@@ -478,3 +480,28 @@ def test_an_aimed_descent_goes_to_just_under_the_prediction() -> None:
     # and one far under is not followed past half
     res = find_capacity(queueing_system(2.0), start=11.0, axis=axis, max_points=6, aim=lambda: 1.0)
     assert res.points[1].load == 5.5
+
+
+def test_an_aimed_descent_stops_at_the_load_that_brackets_the_failure() -> None:
+    """The README command's baseline on the AMD box (2026-12-07 08:20): 4.49 requests/s broke
+    and the refitted model put the capacity at 3.99. Just under it, 3.75, held and left a
+    bracket 1.2x wide to refine; the lowest load that brackets 4.49 within the resolution,
+    3.91, is under the model's capacity, so the descent goes there and a hold ends the
+    search. Where the model puts the capacity under that load, the descent follows the
+    model."""
+    axis = LoadAxis("rate", minimum=0.05, maximum=200.0)
+    res = find_capacity(
+        queueing_system(3.98), start=4.49, axis=axis, max_points=6, aim=lambda: 3.99
+    )
+    assert [p.load for p in res.points] == [4.49, 3.91] and res.points[1].holds
+    assert RESOLUTION * 3.91 >= 4.49 and RESOLUTION * 3.9 < 4.49
+    res = find_capacity(queueing_system(3.7), start=4.49, axis=axis, max_points=6, aim=lambda: 3.85)
+    assert res.points[1].load == axis.floor(3.85 * AIM_BELOW)  # 3.91 lies over 3.85
+
+
+def test_the_axes_round_up_onto_themselves() -> None:
+    axis = LoadAxis("rate", minimum=0.05, maximum=100.0)
+    assert axis.ceil(4.49 / 1.15) == 3.91
+    assert axis.ceil(3.9) == 3.9 and axis.ceil(9.991) == 10.0 and axis.ceil(0.01) == 0.05
+    assert axis.ceil(250.0) == 100.0
+    assert CONCURRENCY.ceil(22.01) == 23.0 and CONCURRENCY.ceil(22.0) == 22.0

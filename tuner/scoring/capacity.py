@@ -20,7 +20,9 @@ Steps:
 Aimed: where the serving model, refitted on the points measured so far, predicts the
 configuration's capacity (``aim``), a climb or a descent goes to just under that prediction
 in one step (``AIM_BELOW``), and a climb from a point at the prediction steps up by at most
-``AIM_STEP``, so that a failure there brackets the capacity within the resolution.
+``AIM_STEP``, so that a failure there brackets the capacity within the resolution; a descent
+goes no further under the failure than the resolution asks where the model puts the capacity
+above that (``_bracket_edge``).
 
 Early abandonment: after every point, ``abandon(points)`` may say the configuration is clearly
 beaten (the caller compares its estimate's optimistic end with the best's pessimistic one); the
@@ -72,6 +74,16 @@ class LoadAxis:
         unit = 10.0 ** (math.floor(math.log10(x)) - 2)  # 3 significant figures
         q = float(f"{math.floor(x / unit + 1e-9) * unit:.3g}")
         return min(self.maximum, max(self.minimum, q))
+
+    def ceil(self, x: float) -> float:
+        """The smallest load on the axis at or over ``x`` (within the bounds)."""
+        q = self.floor(x)
+        if q >= x - 1e-9 or q >= self.maximum:
+            return q
+        if self.kind == "concurrency":
+            return min(self.maximum, q + 1.0)
+        unit = 10.0 ** (math.floor(math.log10(q)) - 2)  # 3 significant figures
+        return min(self.maximum, float(f"{q + unit:.3g}"))
 
     def step(self, x: float) -> float:
         """The smallest distinguishable change near ``x``: 1 client, or 1 % of a rate."""
@@ -270,6 +282,7 @@ def find_capacity(
             step = max(descend, NEAR_DESCEND) if low in again else descend
             x = axis.floor(low * step) if low > axis.minimum else None
             if x is not None and (want := _aimed(aim)) is not None and want < low:
+                want = _bracket_edge(want, low, axis, resolution)
                 x = axis.floor(min(max(want, low * 0.5), low * NEAR_DESCEND))
         return None if x is None or x in by_load else x
 
@@ -293,6 +306,18 @@ def _aimed(aim: Callable[[], float | None] | None) -> float | None:
     """Where an aimed point goes: ``AIM_BELOW`` under the model's capacity (None: none)."""
     want = aim() if aim is not None else None
     return want * AIM_BELOW if want is not None and want > 0 and math.isfinite(want) else None
+
+
+def _bracket_edge(want: float, low: float, axis: LoadAxis, resolution: float) -> float:
+    """Where an aimed descent from the failed load ``low`` goes: the lowest load that brackets
+    the failure within the resolution, rather than ``want`` (just under the model's capacity)
+    further under it, wherever the model puts the capacity at or over that load. A hold there
+    ends the search; one further under leaves a bracket to refine. (The README command on the
+    AMD box, 2026-12-07 08:20: the baseline broke at 4.49 requests/s, the model refitted on
+    that point put its capacity at 3.99, 3.75 held and left a bracket 1.2x wide, and a third
+    point, 70 s, held at 3.94, where one at 3.91 would have ended the search.)"""
+    edge = axis.ceil(low / resolution)
+    return edge if want < edge <= want / AIM_BELOW else want
 
 
 class _Stop(Exception):
