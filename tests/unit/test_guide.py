@@ -382,3 +382,33 @@ def test_a_trial_being_measured_is_aimed_by_its_own_points(tmp_path: Path) -> No
     assert aimed > 1.3 * transferred.prediction.load
     # no points yet: nothing to aim with
     assert g.aim(trial.model_copy(update={"points": []})) is None
+
+
+def test_a_trials_predicted_percentiles_are_those_of_a_point_like_its_own(tmp_path: Path) -> None:
+    """A short point near a capacity ends before its batch has grown to the size a long run
+    settles at: the model's figures beside it are those of a point of its load and number of
+    requests, not of the horizon a capacity is judged over (the README command on the AMD
+    box, 2026-12-07: 98 requests at 6.52 requests/s measured p50 TPOT 143 ms, the horizon's
+    simulation said 318, one of 98 requests 146)."""
+    from tuner.servemodel.predict import Simulator
+
+    st = _state(tmp_path)
+    t = _baseline(st, 600.0)
+    recs = simulate(poisson(10.0, 60, cycled([(128, 64)]), seed=7), Knobs(128, 2048), TRUE)
+    f = st.out / "trials" / "000" / "short.jsonl"
+    write_records(f, recs)
+    short = _metrics(recs)
+    v = Verdict(holds=True, provisional=True, worst_margin=-0.5, checks=[])
+    t.points.append(
+        PointReport(load={"rate_rps": 10.0}, metrics=short, verdict=v, records_file=str(f))
+    )
+    t.metrics = short
+    g = Guide(st)
+    t.predicted = g.before({})
+    g.after(t)
+    p = t.predicted
+    assert p is not None and p.at_load == 10.0 and short.tpot_ms.p50 is not None
+    assert p.tpot_ms_p50_at_load == pytest.approx(short.tpot_ms.p50, rel=0.15)
+    # the horizon's simulation of the same load: a batch grown well past the short point's
+    sim = Simulator(TRUE, Knobs(128, 2048), cycled([(128, 64)]), st.opts.slos, 0.01, "rate")
+    assert sim.point(10.0).tpot_ms_p50 > 1.5 * short.tpot_ms.p50

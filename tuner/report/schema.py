@@ -70,8 +70,9 @@ class PredictedReport(Strict):
     high: float | None
     ttft_ms_p99: float | None = None  # at the predicted capacity
     tpot_ms_p50: float | None = None
-    # At the load of the trial's measured figures (``metrics``), simulated after it ran, with
-    # the step model it was predicted with: predicted and measured at the same load.
+    # Of a point like the one the trial's measured figures (``metrics``) come from, its load
+    # and number of requests, simulated after it ran with the step model it was predicted
+    # with: predicted and measured like for like (``Simulator.like_point``).
     at_load: float | None = None
     ttft_ms_p99_at_load: float | None = None
     tpot_ms_p50_at_load: float | None = None

@@ -396,17 +396,18 @@ class Guide:
         return self.report(c)
 
     def after(self, t: TrialReport) -> None:
-        """Once ``t`` is measured: what its prediction's step model says at the load of its
-        measured figures, so the two are compared at the same load."""
+        """Once ``t`` is measured: what its prediction's step model says a point like the one
+        its measured figures come from would show (the same load and number of requests), so
+        the two are compared like for like (``Simulator.like_point``)."""
         step, self._pending = self._pending, None
         pred = t.predicted
         if pred is None or step is None or t.metrics is None or not t.points:
             return
         ref = next((p for p in t.points if p.metrics == t.metrics), None)
-        x = self.st.point_load(ref) if ref is not None else None
         pairs = self.lengths()
-        if x is None or not pairs:
+        if ref is None or not pairs:
             return
+        x = self.st.point_load(ref)
         try:
             knobs = sim_knobs(t.params, self.space, self._kv_bytes(t.params))
             sim = Simulator(
@@ -418,14 +419,10 @@ class Guide:
                 self.st.axis.kind,
                 self.st.opts.seed,
             )
-            q = sim.point(x)
+            ttft, tpot = sim.like_point(x, ref.metrics.n_requests)
         except (SimulationError, ValueError):
             return
-        pred.at_load, pred.ttft_ms_p99_at_load, pred.tpot_ms_p50_at_load = (
-            x,
-            q.ttft_ms_p99,
-            q.tpot_ms_p50,
-        )
+        pred.at_load, pred.ttft_ms_p99_at_load, pred.tpot_ms_p50_at_load = x, ttft, tpot
 
     def errors(self) -> dict[str, dict[str, float]]:
         """The model's relative error per metric over the run's measured trials (median and
