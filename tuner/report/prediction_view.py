@@ -2,8 +2,9 @@
 trial, and the run's model error (report.md and report.html draw these and compute nothing).
 
 A trial's predicted capacity was made before it was started; its predicted TTFT p99 and TPOT
-p50 are at the load of its measured figures (the point measured closest under its capacity),
-simulated with the step model it was predicted with, so both sides are at the same load.
+p50 are those of a point like the one its measured figures come from (the point measured
+closest under its capacity: its load and number of requests), simulated with the step model it
+was predicted with, so both sides are compared like for like (``Simulator.like_point``).
 
 The measured capacity's interval is its bootstrap interval (one start's sampling noise) with the
 run-to-run spread of a fresh start added (``with_restart``): the bootstrap's alone is a few %
