@@ -67,23 +67,22 @@ class LoadAxis:
 
     def floor(self, x: float) -> float:
         """The largest load on the axis at or under ``x`` (at least the minimum)."""
-        if self.kind == "concurrency":
-            return min(self.maximum, max(self.minimum, float(math.floor(x + 1e-9))))
-        if x <= self.minimum:
-            return self.minimum
-        unit = 10.0 ** (math.floor(math.log10(x)) - 2)  # 3 significant figures
-        q = float(f"{math.floor(x / unit + 1e-9) * unit:.3g}")
-        return min(self.maximum, max(self.minimum, q))
+        return self._onto(x, math.floor, 1e-9)
 
     def ceil(self, x: float) -> float:
         """The smallest load on the axis at or over ``x`` (within the bounds)."""
-        q = self.floor(x)
-        if q >= x - 1e-9 or q >= self.maximum:
-            return q
+        return self._onto(x, math.ceil, -1e-9)
+
+    def _onto(self, x: float, rounding: Callable[[float], int], nudge: float) -> float:
+        """``x`` rounded onto the axis by ``rounding`` (``nudge``: a float's error that must
+        not move it past a load it equals), within the bounds."""
         if self.kind == "concurrency":
-            return min(self.maximum, q + 1.0)
-        unit = 10.0 ** (math.floor(math.log10(q)) - 2)  # 3 significant figures
-        return min(self.maximum, float(f"{q + unit:.3g}"))
+            return min(self.maximum, max(self.minimum, float(rounding(x + nudge))))
+        if x <= self.minimum:
+            return self.minimum
+        unit = 10.0 ** (math.floor(math.log10(x)) - 2)  # 3 significant figures
+        q = float(f"{rounding(x / unit + nudge) * unit:.3g}")
+        return min(self.maximum, max(self.minimum, q))
 
     def step(self, x: float) -> float:
         """The smallest distinguishable change near ``x``: 1 client, or 1 % of a rate."""
