@@ -57,6 +57,7 @@ from tuner.engines.models import ModelError, load_tokenizer  # noqa: E402
 from tuner.runs.probe_run import ProbeError, _launch_spec, _server, parse_params  # noqa: E402
 from tuner.scoring.estimate import Samples, constraints, estimate  # noqa: E402
 from tuner.scoring.judge import judge_point, score_window  # noqa: E402
+from tuner.servemodel.admission import Replay, fit_admission  # noqa: E402
 from tuner.servemodel.calibrate import calibrate  # noqa: E402
 from tuner.servemodel.configs import kv_bytes_per_token, sim_knobs  # noqa: E402
 from tuner.servemodel.predict import Simulator, predict  # noqa: E402
@@ -269,7 +270,13 @@ def again_plan(b: Bench, loads: list[float]) -> Any:
 
 # ------------------------------------------------------------ the model's side
 def fit(b: Bench, calib: Result) -> StepModel:
-    return calibrate([recs for _, recs in load_points(calib)])
+    """The step model of the calibration configuration's points, with the front end's
+    admission delay fitted on its open-loop points as the tuner fits it (the prefill sweep's
+    lone requests find nothing running)."""
+    step = calibrate([recs for _, recs in load_points(calib)])
+    knobs = b.knobs(calib["params"], calib["model_dir"])
+    replays = [Replay(recs, knobs) for _, recs in load_points(calib, "rate")]
+    return step.model_copy(update={"admit_per_seq_s": fit_admission([(step, replays)])})
 
 
 def model_side(b: Bench, step: StepModel, res: Result) -> Result:

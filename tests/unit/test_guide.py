@@ -51,11 +51,13 @@ def _state(tmp_path: Path) -> RunState:
     return st
 
 
-def _baseline(st: RunState, score: float, relative: bool = False) -> TrialReport:
+def _baseline(
+    st: RunState, score: float, relative: bool = False, step: StepModel = TRUE
+) -> TrialReport:
     """The baseline "measured": three Poisson points of the true model at vLLM's defaults."""
     points = []
     for i, rate in enumerate((3.0, 6.0, 9.0)):
-        recs = simulate(poisson(rate, 300, cycled([(128, 64)]), seed=i), Knobs(128, 2048), TRUE)
+        recs = simulate(poisson(rate, 300, cycled([(128, 64)]), seed=i), Knobs(128, 2048), step)
         f = st.out / "trials" / "000" / f"r{i}.jsonl"
         f.parent.mkdir(parents=True, exist_ok=True)
         write_records(f, recs)
@@ -101,6 +103,25 @@ def test_the_baseline_calibrates_its_build_and_the_model_predicts_it(
     other = g.predict({"cpu_binding": "all_cores"})
     assert other is not None and other.basis == "transferred" and other.build_trials == []
     assert other.prediction.spread_model > c.prediction.spread_model
+
+
+def test_the_front_ends_delay_is_fitted_on_the_runs_points_and_every_build_carries_it(
+    tmp_path: Path,
+) -> None:
+    st = _state(tmp_path)
+    _baseline(st, 600.0, step=TRUE.model_copy(update={"admit_per_seq_s": 0.003}))
+    g = Guide(st)
+    (fit,) = g.fits().values()
+    assert g.calibration.admit_per_seq_s == pytest.approx(0.003, rel=0.3)
+    assert fit.step.admit_per_seq_s == g.calibration.admit_per_seq_s
+    other = g.predict({"cpu_binding": "all_cores"})  # a build not measured: transferred
+    assert other is not None and other.basis == "transferred"
+    without = BuildFit({}, fit.step.model_copy(update={"admit_per_seq_s": 0.0}), [0], 900)
+    plain = g._predict({}, without, [(128, 64)], resamples=0)
+    own = g.predict({})
+    assert own is not None and plain is not None
+    assert own.prediction.load is not None and plain.prediction.load is not None
+    assert own.prediction.load < plain.prediction.load  # a later first token: less capacity
 
 
 def _measured_as_predicted(tmp_path: Path) -> tuple[RunState, TrialReport, Guide, Candidate, Stage]:

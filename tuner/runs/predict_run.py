@@ -139,6 +139,7 @@ def predict_from_run(
         probe=probe_points(probe.records_files, {}, run_dir / "probe")
         if probe is not None
         else None,
+        model_dir=report.model_path or None,
     )
     cal.update(trials)
     found = cal.nearest(params)

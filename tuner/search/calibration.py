@@ -19,10 +19,18 @@ from typing import Any
 
 from probes.records import RequestRecord
 from tuner.report.schema import TrialReport
+from tuner.servemodel.admission import Replay, fit_admission
 from tuner.servemodel.calibrate import calibrate
-from tuner.servemodel.configs import build_label, build_of, cache_block
+from tuner.servemodel.configs import (
+    build_label,
+    build_of,
+    cache_block,
+    kv_bytes_per_token,
+    sim_knobs,
+)
 from tuner.servemodel.predict import Basis
 from tuner.servemodel.roofline import Roofline, roofline_step
+from tuner.servemodel.scheduler import Knobs
 from tuner.servemodel.steptime import FitError, StepModel
 from tuner.spaces.space import SearchSpace
 from tuner.storage.records import read_records
@@ -98,8 +106,11 @@ class Calibration:
     read: ReadRecords
     load_of: Callable[[TrialReport], float | None]
     probe: ProbePoints | None = None
+    model_dir: str | None = None  # the model's folder: its KV cache's bytes per token
     fits: dict[str, BuildFit] = field(default_factory=dict)
     stamps: dict[str, tuple] = field(default_factory=dict)
+    # the front end's delay per running request (tuner/servemodel/admission.py), one per run
+    admit_per_seq_s: float = 0.0
 
     def _groups(self, trials: Sequence[TrialReport]) -> dict[str, list[TrialReport]]:
         """The measured ``trials`` by build (the probe's build present, if only by it)."""
@@ -136,11 +147,15 @@ class Calibration:
         nowhere (None: too few records)."""
         key = build_key(trial.params, self.space)
         members = [t for t in self._groups(trials).get(key, []) if t.number != trial.number]
-        return self._fit(self._points(key, [*members, trial]), key)
+        step = self._fit(self._points(key, [*members, trial]), key)
+        return step and step.model_copy(update={"admit_per_seq_s": self.admit_per_seq_s})
 
     def update(self, trials: Sequence[TrialReport]) -> dict[str, BuildFit]:
-        """Every build with enough records among ``trials`` (and the probe's), fitted."""
-        for key, members in self._groups(trials).items():
+        """Every build with enough records among ``trials`` (and the probe's), fitted, with
+        the run's admission delay refitted where any build was."""
+        groups = self._groups(trials)
+        changed = False
+        for key, members in groups.items():
             n_probe = len(self._probe_of(key))
             stamp = (tuple((t.number, len(t.points)) for t in members), n_probe)
             if self.stamps.get(key) == stamp:
@@ -160,7 +175,32 @@ class Calibration:
                 probe=n_probe > 0,
             )
             self.stamps[key] = stamp
+            changed = True
+        if changed:
+            self._fit_admission(groups)
         return self.fits
+
+    def _fit_admission(self, groups: dict[str, list[TrialReport]]) -> None:
+        """The run's admission delay, from every fitted build's trial points replayed with its
+        step model, set on every build's step model."""
+        builds = []
+        for key, members in groups.items():
+            replays = []
+            for t in members if key in self.fits else []:
+                try:
+                    knobs = self._knobs(t.params)
+                except ValueError:  # a space the serving model cannot simulate
+                    continue
+                replays += [Replay(self.read(t, i), knobs) for i in range(len(t.points))]
+            if replays:
+                builds.append((self.fits[key].step, replays))
+        self.admit_per_seq_s = fit_admission(builds)
+        for f in self.fits.values():
+            f.step = f.step.model_copy(update={"admit_per_seq_s": self.admit_per_seq_s})
+
+    def _knobs(self, params: dict[str, Any]) -> Knobs:
+        kv = kv_bytes_per_token(self.model_dir, params.get("kv_cache_dtype"))
+        return sim_knobs(params, self.space, kv)
 
     def lengths(self, trials: Sequence[TrialReport]) -> list[tuple[int, ...]] | None:
         """The (prompt, output) tokens the run's requests had: those of its first measured

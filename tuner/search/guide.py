@@ -127,6 +127,7 @@ class Guide:
                 self.st.load_of,
                 # the probe ran on the baseline's server: the engine's defaults
                 probe=probe_points(d.records_files, {}, self.st.out / "probe") if d else None,
+                model_dir=self.st.model_path,
             )
         return self._cal
 

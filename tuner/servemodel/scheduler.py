@@ -21,10 +21,14 @@ Each step, as vLLM 0.32's ``Scheduler.schedule`` does it:
    has all its output tokens finishes and frees its blocks.
 
 A request reaches the engine ``overhead_s`` after it is sent (the step model's constant, which
-stands for the front end's part of TTFT). Tokens reach the client in chunks of
-``stream_interval`` (the first at once, the last when the request finishes), as vLLM streams
-them. The result is a list of ``probes.records.RequestRecord``, the records the load client
-writes, so a simulated point is summarised and judged exactly like a measured one.
+stands for the front end's part of TTFT), and later by ``admit_per_seq_s`` for each request
+running when it arrives: the front end that tokenises it and hands it to the engine is the one
+that processes every running sequence's outputs, on the same cores, so under load a request can
+miss the step it would have joined (tuner/servemodel/admission.py fits the delay). Tokens
+reach the client in chunks of ``stream_interval`` (the first at once, the last when the
+request finishes), as vLLM streams them. The result is a list of
+``probes.records.RequestRecord``, the records the load client writes, so a simulated point is
+summarised and judged exactly like a measured one.
 """
 
 from __future__ import annotations
@@ -107,6 +111,8 @@ class StepTrace:
     tokens: list[int] = field(default_factory=list)
     seqs: list[int] = field(default_factory=list)
     preemptions: int = 0
+    # per request, in the order of the arrivals: the requests running when it arrived
+    running_at_arrival: dict[int, int] = field(default_factory=dict)
 
 
 def simulate(
@@ -129,12 +135,15 @@ def simulate(
         SimulationError: a request that could never be scheduled (its prompt needs more KV
             blocks than the cache has, or more tokens than the budget with chunking off).
     """
-    pending: list[tuple[float, int, Arrival]] = []
+    # (when it reaches the engine, arrival order, the arrival, whether its admission delay
+    # is already counted)
+    pending: list[tuple[float, int, Arrival, bool]] = []
     count = 0
+    admit = step.admit_per_seq_s
 
     def push(a: Arrival) -> None:
         nonlocal count
-        heapq.heappush(pending, (a.t_s + step.overhead_s, count, a))
+        heapq.heappush(pending, (a.t_s + step.overhead_s, count, a, admit <= 0))
         count += 1
 
     for a in arrivals:
@@ -150,11 +159,16 @@ def simulate(
         if not waiting and not running:
             t = max(t, pending[0][0])
         while pending and pending[0][0] <= t:
-            _, _, a = heapq.heappop(pending)
+            at, order, a, admitted = heapq.heappop(pending)
             if a.n_in < 1 or a.n_out < 1:
                 raise ValueError(f"a request needs n_in >= 1 and n_out >= 1; got {a}")
+            if trace is not None and order not in trace.running_at_arrival:
+                trace.running_at_arrival[order] = len(running)
+            if not admitted:  # the front end hands it over later, the busier the batch
+                heapq.heappush(pending, (at + admit * len(running), order, a, True))
+                continue
             cached = min(a.cached_tokens, a.n_in - 1) if knobs.prefix_caching else 0
-            r = _Req(len(reqs), a.t_s, a.n_in, a.n_out, cached, a.cached_tokens)
+            r = _Req(order, a.t_s, a.n_in, a.n_out, cached, a.cached_tokens)
             reqs.append(r)
             waiting.append(r)
         if fast and running and not (waiting and len(running) < knobs.max_num_seqs):
@@ -272,7 +286,7 @@ def simulate(
                 if on_finish is not None:
                     for a in on_finish(t):
                         push(a)
-    return [_record(r) for r in reqs]
+    return [_record(r) for r in sorted(reqs, key=lambda r: r.index)]
 
 
 def _step_s(step: StepModel, scheduled: list[tuple[_Req, int]]) -> float:

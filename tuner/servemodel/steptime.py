@@ -20,7 +20,10 @@ that time in the first-token overhead, which delays no one else, and predicted t
 Poisson points (a prompt joining nearly every step) 5-15 % short from a probe whose closed
 loops join prompts in waves, a few steps in many. A request's first token also waits
 ``overhead_s`` outside the engine's steps (the HTTP front end, tokenising, the first chunk's
-way back), a constant of the build.
+way back), a constant of the build. Under load it also waits ``admit_per_seq_s`` for each
+running request before the engine sees it (the front end is busy with their outputs); that
+term is no part of a step and is fitted apart, by replaying the measured points
+(tuner/servemodel/admission.py).
 
 The coefficients are non-negative and fitted by least squares on relative error (each
 observation divided by its own duration, so long and short observations count alike) with
@@ -88,6 +91,7 @@ class StepModel(BaseModel):
     per_prefill_kpair_s: float = 0.0
     overhead_s: float = 0.0
     per_prefill_step_s: float = 0.0
+    admit_per_seq_s: float = 0.0  # a request's wait to reach the engine, per running request
     n_observations: int = 0
     # Root mean square of the relative residuals of the fit (0.05: 5 %): how well the linear
     # form fits this build's own observations.
