@@ -6,6 +6,7 @@ writes its records; the guide calibrates on those files as it would on a real ru
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -18,7 +19,7 @@ from tuner.report.schema import PointReport, PredictedReport, TrialReport
 from tuner.run.state import RunState
 from tuner.search.calibration import BuildFit
 from tuner.search.choice import MIN_GAIN, Candidate, expected_gain
-from tuner.search.guide import Guide
+from tuner.search.guide import RESCREEN_SHARE, Guide
 from tuner.search.screen import BATCH, screen
 from tuner.search.study import config_key
 from tuner.servemodel.load import cycled, poisson
@@ -124,6 +125,30 @@ def test_the_front_ends_delay_is_fitted_on_the_runs_points_and_every_build_carri
     assert own.prediction.load < plain.prediction.load  # a later first token: less capacity
 
 
+def test_a_trial_being_measured_refits_the_delay_on_its_own_points_too(tmp_path: Path) -> None:
+    st = _state(tmp_path)
+    _baseline(st, 600.0)  # no delay in the baseline's points
+    g = Guide(st)
+    g.fits()
+    assert g.calibration.admit_per_seq_s == pytest.approx(0.0, abs=2e-4)
+    slow = TRUE.model_copy(update={"admit_per_seq_s": 0.004})
+    recs = simulate(poisson(12.0, 400, cycled([(128, 64)]), seed=5), Knobs(128, 2048), slow)
+    f = st.out / "trials" / "001" / "r12.jsonl"
+    f.parent.mkdir(parents=True, exist_ok=True)
+    write_records(f, recs)
+    v = Verdict(holds=True, provisional=True, worst_margin=-0.5, checks=[])
+    point = PointReport(
+        load={"rate_rps": 12.0}, metrics=_metrics(recs), verdict=v, records_file=str(f)
+    )
+    trial = TrialReport(
+        number=1, stage="batching", params={"cpu_binding": "all_cores"}, args=[], env={},
+        launch_command=[], status="failed", points=[point],
+    )  # fmt: skip
+    refit = g.calibration.refit_with(trial, st.measured())
+    assert refit is not None and refit.admit_per_seq_s > 0.001
+    assert g.calibration.admit_per_seq_s == pytest.approx(0.0, abs=2e-4)  # kept nowhere
+
+
 def _measured_as_predicted(tmp_path: Path) -> tuple[RunState, TrialReport, Guide, Candidate, Stage]:
     """A baseline measured as the guide calibrated on it predicts, and the batching stage."""
     st = _state(tmp_path)
@@ -149,6 +174,35 @@ def test_the_guide_screens_the_scheduler_knobs_and_proposes_what_could_gain(tmp_
     screened = g._screen_build(stage, {}, {}, [k for k in stage.knobs if k.sim])
     assert screened and (found := g.predict(screened[0])) is not None
     assert found.prediction.tokens_per_s >= 0.97 * own.prediction.tokens_per_s
+
+
+def test_a_build_screened_before_and_not_measured_since_gets_a_smaller_screen(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _, base, g, _, stage = _measured_as_predicted(tmp_path)
+    sizes: list[int | None] = []
+    seeded: list[list[dict[str, Any]]] = []
+    real = g._screen_build
+
+    def spy(*args: Any) -> list[dict[str, Any]]:
+        sizes.append(args[4])
+        seeded.append(args[5])
+        ranked = real(*args)
+        tops.append(ranked[0])
+        return ranked
+
+    tops: list[dict[str, Any]] = []
+    monkeypatch.setattr(g, "_screen_build", spy)
+    g.propose(stage, {}, {config_key({})})
+    g.propose(stage, {}, {config_key({})})  # nothing measured since: the build's points alike
+    assert sizes == [24, 24 // RESCREEN_SHARE]
+    # the smaller screen scores the full one's best first, so it finds that one or better
+    assert seeded[0] == [] and seeded[1] and tops[1] == tops[0]
+    g.propose(stage, {"stream_interval": 8}, {config_key({})})  # another carried setting
+    assert sizes[-1] == 24
+    base.points = base.points[:2]  # the build's points changed: screened in full again
+    g.propose(stage, {}, {config_key({})})
+    assert sizes[-1] == 24
 
 
 def _top(g: Guide, stage: Stage, sim: list) -> Candidate:

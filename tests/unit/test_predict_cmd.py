@@ -62,3 +62,16 @@ def test_bad_input_is_one_line_and_exit_2(fake_run: Path, tmp_path: Path) -> Non
     # a space that names no simulated batch limit cannot be predicted, and says why
     res = runner.invoke(app, ["predict", str(fake_run)])
     assert res.exit_code == 2 and "names no max_num_seqs knob" in res.output
+
+
+def test_params_read_as_the_recommendation_line_prints_them() -> None:
+    from tuner.runs.probe_run import parse_params
+
+    line = ["uvicorn_access_log=False", "enforce_eager=True", "max_num_seqs=8", "dtype=auto"]
+    assert parse_params(line) == {
+        "uvicorn_access_log": False,
+        "enforce_eager": True,
+        "max_num_seqs": 8,
+        "dtype": "auto",
+    }
+    assert parse_params(["enforce_eager=false"]) == {"enforce_eager": False}

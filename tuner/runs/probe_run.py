@@ -90,7 +90,8 @@ class ProbeResult(BaseModel):
 
 
 def parse_params(pairs: list[str]) -> dict[str, Any]:
-    """``name=value`` pairs; values are read as JSON where they parse (numbers, true/false)."""
+    """``name=value`` pairs; values are read as JSON where they parse (numbers, true/false),
+    and ``True``/``False`` as the booleans autotune's own recommendation line prints."""
     out: dict[str, Any] = {}
     for pair in pairs:
         name, sep, value = pair.partition("=")
@@ -99,7 +100,7 @@ def parse_params(pairs: list[str]) -> dict[str, Any]:
         try:
             out[name.strip()] = json.loads(value)
         except json.JSONDecodeError:
-            out[name.strip()] = value
+            out[name.strip()] = {"True": True, "False": False}.get(value.strip(), value)
     return out
 
 

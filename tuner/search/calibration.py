@@ -143,12 +143,17 @@ class Calibration:
 
     def refit_with(self, trial: TrialReport, trials: Sequence[TrialReport]) -> StepModel | None:
         """The step model of ``trial``'s build fitted on its points so far (a trial being
-        measured) beside those of the build's measured ``trials`` and the probe's; kept
-        nowhere (None: too few records)."""
+        measured) beside those of the build's measured ``trials`` and the probe's, with the
+        run's admission delay refitted on them too; kept nowhere (None: too few records)."""
         key = build_key(trial.params, self.space)
-        members = [t for t in self._groups(trials).get(key, []) if t.number != trial.number]
-        step = self._fit(self._points(key, [*members, trial]), key)
-        return step and step.model_copy(update={"admit_per_seq_s": self.admit_per_seq_s})
+        groups = self._groups(trials)
+        members = [t for t in groups.get(key, []) if t.number != trial.number] + [trial]
+        step = self._fit(self._points(key, members), key)
+        if step is None:
+            return None
+        steps = {k: f.step for k, f in self.fits.items()} | {key: step}
+        admit = self._admission(groups | {key: members}, steps)
+        return step.model_copy(update={"admit_per_seq_s": admit})
 
     def update(self, trials: Sequence[TrialReport]) -> dict[str, BuildFit]:
         """Every build with enough records among ``trials`` (and the probe's), fitted, with
@@ -181,22 +186,28 @@ class Calibration:
         return self.fits
 
     def _fit_admission(self, groups: dict[str, list[TrialReport]]) -> None:
-        """The run's admission delay, from every fitted build's trial points replayed with its
-        step model, set on every build's step model."""
+        """The run's admission delay, fitted and set on every build's step model."""
+        self.admit_per_seq_s = self._admission(groups, {k: f.step for k, f in self.fits.items()})
+        for f in self.fits.values():
+            f.step = f.step.model_copy(update={"admit_per_seq_s": self.admit_per_seq_s})
+
+    def _admission(
+        self, groups: dict[str, list[TrialReport]], steps: dict[str, StepModel]
+    ) -> float:
+        """The admission delay of every fitted build's trial points (``groups``), each
+        replayed with its build's step model (``steps``)."""
         builds = []
         for key, members in groups.items():
             replays = []
-            for t in members if key in self.fits else []:
+            for t in members if key in steps else []:
                 try:
                     knobs = self._knobs(t.params)
                 except ValueError:  # a space the serving model cannot simulate
                     continue
                 replays += [Replay(self.read(t, i), knobs) for i in range(len(t.points))]
             if replays:
-                builds.append((self.fits[key].step, replays))
-        self.admit_per_seq_s = fit_admission(builds)
-        for f in self.fits.values():
-            f.step = f.step.model_copy(update={"admit_per_seq_s": self.admit_per_seq_s})
+                builds.append((steps[key], replays))
+        return fit_admission(builds)
 
     def _knobs(self, params: dict[str, Any]) -> Knobs:
         kv = kv_bytes_per_token(self.model_dir, params.get("kv_cache_dtype"))
