@@ -20,7 +20,7 @@ from tuner.run.state import RunState
 from tuner.search.calibration import BuildFit
 from tuner.search.choice import MIN_GAIN, Candidate, expected_gain
 from tuner.search.guide import RESCREEN_SHARE, Guide
-from tuner.search.screen import BATCH, screen
+from tuner.search.screen import BATCH, screen, with_headroom
 from tuner.search.study import config_key
 from tuner.servemodel.load import cycled, poisson
 from tuner.servemodel.predict import Prediction
@@ -322,6 +322,24 @@ def test_screen_finds_the_best_setting_of_a_scripted_score() -> None:
     assert not any(p["max_num_seqs"] % 7 == 0 for p, _ in ranked)
     assert abs(ranked[0][0]["max_num_seqs"] - 100) <= 10
     assert [s for _, s in ranked] == sorted((s for _, s in ranked), reverse=True)
+
+
+def test_among_near_ties_the_screen_ranks_the_larger_batch_limit_first() -> None:
+    space = load_space(space_path("vllm", "cpu"))
+    knobs = [k for k in space.knobs().values() if k.name in ("max_num_seqs", "kv_cache_space_gib")]
+    ranked = [
+        ({"max_num_seqs": 146, "kv_cache_space_gib": 3}, 412.0),  # the best, by a little
+        ({"max_num_seqs": 445, "kv_cache_space_gib": 2}, 400.0),  # a tie: within 10 %
+        ({"max_num_seqs": 445, "kv_cache_space_gib": 6}, 390.0),  # a tie with more cache
+        ({"max_num_seqs": 512, "kv_cache_space_gib": 8}, 300.0),  # not a tie: stays behind
+        ({"max_num_seqs": 64, "kv_cache_space_gib": 8}, 250.0),
+    ]
+    out = with_headroom(ranked, knobs)
+    assert [p for p, _ in out] == [ranked[i][0] for i in (2, 1, 0, 3, 4)]
+    assert with_headroom([], knobs) == []
+    # a clear winner keeps its place, whatever its limits
+    clear = [({"max_num_seqs": 16}, 500.0), ({"max_num_seqs": 512}, 400.0)]
+    assert with_headroom(clear, knobs) == clear
 
 
 def test_model_errors_compare_prediction_and_measurement() -> None:

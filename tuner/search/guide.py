@@ -43,7 +43,7 @@ from tuner.search.calibration import BuildFit, Calibration, build_key, probe_poi
 from tuner.search.calibration import lengths_of as calibration_lengths
 from tuner.search.choice import Candidate, choose
 from tuner.search.parallel import map_forked, usable
-from tuner.search.screen import SCREEN_HORIZON_S, SCREEN_RESOLUTION, screen
+from tuner.search.screen import SCREEN_HORIZON_S, SCREEN_RESOLUTION, screen, with_headroom
 from tuner.search.study import config_key
 from tuner.search.worst_gain import WorstGain
 from tuner.servemodel.configs import build_label, build_of, kv_bytes_per_token, sim_knobs
@@ -315,7 +315,7 @@ class Guide:
         ranked = screen(
             sim, score, n_trials=n or self.screen_trials, seed=self.st.opts.seed, seeds=seeds
         )
-        return [{**base, **values} for values, _ in ranked[:2]]
+        return [{**base, **values} for values, _ in with_headroom(ranked, sim)[:2]]
 
     def _new_builds(
         self, stage: Stage, carried: dict[str, Any], sim_values: dict[str, Any], tried: set[tuple]
