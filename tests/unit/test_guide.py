@@ -324,22 +324,36 @@ def test_screen_finds_the_best_setting_of_a_scripted_score() -> None:
     assert [s for _, s in ranked] == sorted((s for _, s in ranked), reverse=True)
 
 
-def test_among_near_ties_the_screen_ranks_the_larger_batch_limit_first() -> None:
-    space = load_space(space_path("vllm", "cpu"))
-    knobs = [k for k in space.knobs().values() if k.name in ("max_num_seqs", "kv_cache_space_gib")]
+def test_among_near_ties_the_screen_ranks_the_more_room_first() -> None:
     ranked = [
-        ({"max_num_seqs": 146, "kv_cache_space_gib": 3}, 412.0),  # the best, by a little
-        ({"max_num_seqs": 445, "kv_cache_space_gib": 2}, 400.0),  # a tie: within 10 %
-        ({"max_num_seqs": 445, "kv_cache_space_gib": 6}, 390.0),  # a tie with more cache
-        ({"max_num_seqs": 512, "kv_cache_space_gib": 8}, 300.0),  # not a tie: stays behind
-        ({"max_num_seqs": 64, "kv_cache_space_gib": 8}, 250.0),
+        ({"max_num_seqs": 146}, 412.0),  # the best, by a little
+        ({"max_num_seqs": 445}, 400.0),  # a tie: within 10 %
+        ({"max_num_seqs": 300}, 390.0),  # a tie
+        ({"max_num_seqs": 512}, 300.0),  # not a tie: stays behind
+        ({"max_num_seqs": 64}, 250.0),
     ]
-    out = with_headroom(ranked, knobs)
-    assert [p for p, _ in out] == [ranked[i][0] for i in (2, 1, 0, 3, 4)]
-    assert with_headroom([], knobs) == []
-    # a clear winner keeps its place, whatever its limits
+
+    def room(p: dict[str, Any]) -> float:
+        return float(p["max_num_seqs"])
+
+    out = with_headroom(ranked, room)
+    assert [p for p, _ in out] == [ranked[i][0] for i in (1, 2, 0, 3, 4)]
+    assert with_headroom([], room) == []
+    # a clear winner keeps its place, whatever its room
     clear = [({"max_num_seqs": 16}, 500.0), ({"max_num_seqs": 512}, 400.0)]
-    assert with_headroom(clear, knobs) == clear
+    assert with_headroom(clear, room) == clear
+
+
+def test_a_batch_limit_the_kv_cache_cannot_hold_is_no_room(tmp_path: Path) -> None:
+    st = _state(tmp_path)
+    _baseline(st, 600.0)  # requests of 128 + 64 tokens: 2 blocks of 128 each
+    g = Guide(st)
+    # 1 GiB of bf16 cache holds 364 blocks of smollm2's 23,040 bytes a token: 182 requests
+    assert g._room({"max_num_seqs": 509, "kv_cache_space_gib": 1}) == 182.0
+    assert g._room({"max_num_seqs": 146, "kv_cache_space_gib": 1}) == 146.0
+    assert g._room({"max_num_seqs": 509, "kv_cache_space_gib": 4}) == 509.0
+    fp8 = {"max_num_seqs": 509, "kv_cache_space_gib": 1, "kv_cache_dtype": "fp8"}
+    assert g._room(fp8) == 364.0  # one byte a value: twice the requests
 
 
 def test_model_errors_compare_prediction_and_measurement() -> None:

@@ -171,6 +171,23 @@ def test_a_trial_that_leads_is_confirmed_on_its_own_server_only_when_no_trial_fi
     assert not sizing.confirm_in_place(unbounded, lead, base)
 
 
+def test_a_trial_that_leads_is_confirmed_in_place_where_the_next_gate_would_come_too_late(
+    tmp_path: Path,
+) -> None:
+    """Between the choice and the next trial's gate the server stops: a further trial that
+    fits now by less than that slack would not fit when its gate is asked."""
+    clock = Clock()
+    st = _state(tmp_path, clock)
+    st.baseline = base = _trial(0, 122.0, 2.73)
+    lead = _trial(1, 55.0, 4.6, e2e_ms=9_000.0)
+    gate = sizing.gate_s(st, lead, True)
+    clock.t = BUDGET_S - gate - sizing.IN_PLACE_SLACK_S / 2
+    assert sizing.another_trial_fits(st, lead, strict=True)  # by a few seconds only
+    assert sizing.confirm_in_place(st, lead, base)
+    clock.t = BUDGET_S - gate - sizing.IN_PLACE_SLACK_S - 1.0
+    assert not sizing.confirm_in_place(st, lead, base)
+
+
 def test_a_leading_trial_keeps_back_tries_at_its_own_capacity_not_the_best_ones(
     tmp_path: Path,
 ) -> None:

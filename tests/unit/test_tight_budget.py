@@ -37,10 +37,16 @@ def _tight(monkeypatch: pytest.MonkeyPatch) -> list[str]:
         return real_min(st, best)
 
     def another_trial_fits(
-        st: RunState, best: TrialReport | None = None, *, strict: bool | None = None
+        st: RunState,
+        best: TrialReport | None = None,
+        *,
+        strict: bool | None = None,
+        slack_s: float = 0.0,
     ) -> bool:
         lead = best or st.best()
-        return real_fits(st, best, strict=strict) if lead is None or lead.number == 0 else False
+        if lead is None or lead.number == 0:
+            return real_fits(st, best, strict=strict, slack_s=slack_s)
+        return False
 
     monkeypatch.setattr(sizing, "trial_min_s", trial_min_s)
     # The baseline's search keeps nothing back for the first trial: every load it is tried at.

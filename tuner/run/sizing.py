@@ -285,7 +285,11 @@ def baseline_confirm_reserve_s(st: RunState, baseline: TrialReport) -> float:
 
 
 def another_trial_fits(
-    st: RunState, best: TrialReport | None = None, *, strict: bool | None = None
+    st: RunState,
+    best: TrialReport | None = None,
+    *,
+    strict: bool | None = None,
+    slack_s: float = 0.0,
 ) -> bool:
     """Whether the budget holds one more trial (a start, a warm-up, one load point) and the
     confirmation the run could then end with. If the trial leads, one full-size try on its own
@@ -299,11 +303,12 @@ def another_trial_fits(
     slow box. The run's first trial is spared the fresh start: it is the one the probe
     expects most of, and the start it is costed with is the run's first, which filled the
     compile cache (``start_estimate_s``).
-    ``strict``: the fresh confirmation counted (or not) whatever the run has measured."""
+    ``strict``: the fresh confirmation counted (or not) whatever the run has measured;
+    ``slack_s``: time that passes before the next trial's gate is asked."""
     if strict is None:
         lead = best or st.best()
         strict = bool(st.trials) and lead is not None and not _confirmed(st, lead)
-    return st.budget.fits(gate_s(st, best, strict))
+    return st.budget.fits(gate_s(st, best, strict) + slack_s)
 
 
 def gate_s(st: RunState, best: TrialReport | None, strict: bool) -> float:
@@ -335,8 +340,16 @@ def confirm_in_place(st: RunState, trial: TrialReport, best: TrialReport | None)
         st.budget.bounded
         and st.shared is None
         and st.launches
-        and not another_trial_fits(st, trial, strict=True)
+        and not another_trial_fits(st, trial, strict=True, slack_s=IN_PLACE_SLACK_S)
     )
+
+
+# What passes between the choice of a confirmation in place and the next trial's gate: the
+# server's stop and the stage's bookkeeping. Without it, the README command on the AMD box
+# (2026-12-07 13:19) found that another trial fitted when its second trial led, stopped that
+# trial's server, and 5 s later found too little time (250 s) for a trial: no fourth
+# configuration, and the leader confirmed on a fresh start that took 55 s.
+IN_PLACE_SLACK_S = 15.0
 
 
 def time_left_reason(st: RunState, started: list[int] | None = None) -> str | None:

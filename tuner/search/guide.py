@@ -32,6 +32,7 @@ report.json can give the model's error per metric beside every measurement (``er
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -315,7 +316,25 @@ class Guide:
         ranked = screen(
             sim, score, n_trials=n or self.screen_trials, seed=self.st.opts.seed, seeds=seeds
         )
-        return [{**base, **values} for values, _ in with_headroom(ranked, sim)[:2]]
+
+        def room(values: dict[str, Any]) -> float:
+            return self._room({**carried, **base, **values})
+
+        return [{**base, **values} for values, _ in with_headroom(ranked, room)[:2]]
+
+    def _room(self, params: dict[str, Any]) -> float:
+        """The requests the engine can hold at once under ``params``: its batch limit, or
+        what its KV cache holds of the run's mean request where that is less."""
+        try:
+            knobs = sim_knobs(params, self.space, self._kv_bytes(params))
+        except ValueError:  # a space the model cannot simulate ranks nothing by room
+            return 0.0
+        pairs = self.lengths()
+        if knobs.kv_blocks is None or not pairs:
+            return float(knobs.max_num_seqs)
+        n_in, n_out = mean_of(pairs)
+        per_request = math.ceil((n_in + n_out) / knobs.block_size)
+        return float(min(knobs.max_num_seqs, knobs.kv_blocks // max(per_request, 1)))
 
     def _new_builds(
         self, stage: Stage, carried: dict[str, Any], sim_values: dict[str, Any], tried: set[tuple]

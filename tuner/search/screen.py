@@ -99,29 +99,26 @@ def screen(
 
 
 # Settings that score within this share of a screen's best are ties: among them, the one with
-# the more room (a larger batch limit, then a larger KV cache) ranks first. A screen's
-# predictions of one setting move by up to 10 % with the path of its bracket (the README
-# command on the AMD box, 2026-12-07 13:05: 146 sequences at 3.60 and 4.12 requests/s in two
-# predictions of the baseline's build), so the limits a slow build leaves idle were picked at
-# random, and the low ones (146 and 153 sequences, two runs) then bound trials of a build 1.7x
-# faster: 5.66 requests/s measured at 146 where the model calibrated on it gave 6.4 at 200-445.
+# the more room (the more sequences the engine can hold at once: its batch limit, or what its KV
+# cache holds where that is less) ranks first. A screen's predictions of one setting move by up
+# to 10 % with the path of its bracket (the README command on the AMD box, 2026-12-07 13:05: 146
+# sequences at 3.60 and 4.12 requests/s in two predictions of the baseline's build), so the
+# limits a slow build leaves idle were picked at random, and the low ones (146 and 153
+# sequences, two runs) then bound trials of a build 1.7x faster: 5.66 requests/s measured at
+# 146 where the model calibrated on it gave 6.4 at 200-445. A batch limit above what the cache
+# holds is no room: at 13:19, 509 sequences with a 1 GiB cache (about 180 requests of 192
+# tokens) broke at 5.5 requests/s under vLLM's own client.
 HEADROOM_BAND = 0.10
-HEADROOM = ("max_num_seqs", "kv_cache_gib")  # the simulated limits, the first decides first
 
 
 def with_headroom(
-    ranked: list[tuple[dict[str, Any], float]], knobs: list[Knob]
+    ranked: list[tuple[dict[str, Any], float]], room: Callable[[dict[str, Any]], float]
 ) -> list[tuple[dict[str, Any], float]]:
     """``ranked`` (a screen's settings, best first) with its ties (within ``HEADROOM_BAND``
-    of the best) ordered by their room: the larger limits first."""
+    of the best) ordered by ``room``, the most first."""
     if not ranked:
         return ranked
-    names = [k.name for p in HEADROOM for k in knobs if k.sim == p]
     top = ranked[0][1]
     ties = [r for r in ranked if r[1] >= top * (1.0 - HEADROOM_BAND)]
     rest = [r for r in ranked if r[1] < top * (1.0 - HEADROOM_BAND)]
-
-    def room(r: tuple[dict[str, Any], float]) -> tuple:
-        return (*(float(r[0].get(n) or 0) for n in names), r[1])
-
-    return sorted(ties, key=room, reverse=True) + rest
+    return sorted(ties, key=lambda r: (room(r[0]), r[1]), reverse=True) + rest
