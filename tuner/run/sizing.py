@@ -344,12 +344,14 @@ def confirm_in_place(st: RunState, trial: TrialReport, best: TrialReport | None)
     )
 
 
-# What passes between the choice of a confirmation in place and the next trial's gate: the
-# server's stop and the stage's bookkeeping. Without it, the README command on the AMD box
-# (2026-12-07 13:19) found that another trial fitted when its second trial led, stopped that
-# trial's server, and 5 s later found too little time (250 s) for a trial: no fourth
-# configuration, and the leader confirmed on a fresh start that took 55 s.
-IN_PLACE_SLACK_S = 15.0
+# What passes between the choice of a confirmation in place and the next trial's gate, and what
+# that gate then counts that this one did not: the server's stop, the stage's bookkeeping, and
+# the trial's own start and warm-up joining the run's estimates. Without it, the README command
+# on the AMD box (2026-12-07 13:19) found that another trial fitted when its second trial led,
+# stopped that trial's server, and 5 s later found too little time (250 s) for a trial: no
+# fourth configuration, and the leader confirmed on a fresh start that took 55 s. With 15 s
+# (13:55) the same happened with 263 s left, 10 s after the trial's score.
+IN_PLACE_SLACK_S = 30.0
 
 
 def time_left_reason(st: RunState, started: list[int] | None = None) -> str | None:
