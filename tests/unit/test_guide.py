@@ -125,6 +125,23 @@ def test_the_front_ends_delay_is_fitted_on_the_runs_points_and_every_build_carri
     assert own.prediction.load < plain.prediction.load  # a later first token: less capacity
 
 
+def _trial_at(st: RunState, step: StepModel, rate: float, n: int, seed: int) -> TrialReport:
+    """Trial 1 (both cores) being measured: one Poisson point of ``step``, its records
+    written as the load client writes them."""
+    recs = simulate(poisson(rate, n, cycled([(128, 64)]), seed=seed), Knobs(128, 2048), step)
+    f = st.out / "trials" / "001" / f"r{rate:g}.jsonl"
+    f.parent.mkdir(parents=True, exist_ok=True)
+    write_records(f, recs)
+    v = Verdict(holds=True, provisional=True, worst_margin=-0.5, checks=[])
+    point = PointReport(
+        load={"rate_rps": rate}, metrics=_metrics(recs), verdict=v, records_file=str(f)
+    )
+    return TrialReport(
+        number=1, stage="batching", params={"cpu_binding": "all_cores"}, args=[], env={},
+        launch_command=[], status="failed", points=[point],
+    )  # fmt: skip
+
+
 def test_a_trial_being_measured_refits_the_delay_on_its_own_points_too(tmp_path: Path) -> None:
     st = _state(tmp_path)
     _baseline(st, 600.0)  # no delay in the baseline's points
@@ -132,18 +149,7 @@ def test_a_trial_being_measured_refits_the_delay_on_its_own_points_too(tmp_path:
     g.fits()
     assert g.calibration.admit_per_seq_s == pytest.approx(0.0, abs=2e-4)
     slow = TRUE.model_copy(update={"admit_per_seq_s": 0.004})
-    recs = simulate(poisson(12.0, 400, cycled([(128, 64)]), seed=5), Knobs(128, 2048), slow)
-    f = st.out / "trials" / "001" / "r12.jsonl"
-    f.parent.mkdir(parents=True, exist_ok=True)
-    write_records(f, recs)
-    v = Verdict(holds=True, provisional=True, worst_margin=-0.5, checks=[])
-    point = PointReport(
-        load={"rate_rps": 12.0}, metrics=_metrics(recs), verdict=v, records_file=str(f)
-    )
-    trial = TrialReport(
-        number=1, stage="batching", params={"cpu_binding": "all_cores"}, args=[], env={},
-        launch_command=[], status="failed", points=[point],
-    )  # fmt: skip
+    trial = _trial_at(st, slow, 12.0, 400, seed=5)
     refit = g.calibration.refit_with(trial, st.measured())
     assert refit is not None and refit.admit_per_seq_s > 0.001
     assert g.calibration.admit_per_seq_s == pytest.approx(0.0, abs=2e-4)  # kept nowhere
@@ -463,18 +469,7 @@ def test_a_trial_being_measured_is_aimed_by_its_own_points(tmp_path: Path) -> No
     g = Guide(st)
     fast = StepModel(base_s=0.01, per_prefill_token_s=0.0001, per_decode_s=0.0005, overhead_s=0.015)
     params = {"cpu_binding": "all_cores"}
-    recs = simulate(poisson(9.0, 300, cycled([(128, 64)]), seed=7), Knobs(128, 2048), fast)
-    f = st.out / "trials" / "001" / "r9.jsonl"
-    f.parent.mkdir(parents=True, exist_ok=True)
-    write_records(f, recs)
-    v = Verdict(holds=True, provisional=True, worst_margin=-0.5, checks=[])
-    point = PointReport(
-        load={"rate_rps": 9.0}, metrics=_metrics(recs), verdict=v, records_file=str(f)
-    )
-    trial = TrialReport(
-        number=1, stage="batching", params=params, args=[], env={}, launch_command=[],
-        status="failed", points=[point],
-    )  # fmt: skip
+    trial = _trial_at(st, fast, 9.0, 300, seed=7)
     transferred = g.predict(params)
     assert transferred is not None and transferred.basis == "transferred"
     assert transferred.prediction.load is not None
