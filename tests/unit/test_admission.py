@@ -3,6 +3,8 @@ on scripted points (tuner/servemodel/admission.py, tuner/servemodel/scheduler.py
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from tuner.servemodel.admission import Replay, arrivals_of, fit_admission
@@ -94,3 +96,11 @@ def test_one_delay_fits_the_points_of_several_builds() -> None:
 def test_nothing_running_fits_no_delay() -> None:
     lone = [Replay(simulate([Arrival(0.0, 50, 4)], KNOBS, TRUE), KNOBS)]
     assert fit_admission([(TRUE, lone)]) == 0.0
+
+
+def test_a_point_with_a_failed_request_is_not_replayed() -> None:
+    (point,) = _points(_with(TRUE, ADMIT), (10.0,))
+    assert fit_admission([(TRUE, [point])]) == pytest.approx(ADMIT, rel=0.25)
+    recs = list(point.records)
+    recs[5] = dataclasses.replace(recs[5], error="timeout")
+    assert fit_admission([(TRUE, [Replay(recs, KNOBS)])]) == 0.0

@@ -19,7 +19,7 @@ from typing import Any
 
 from probes.records import RequestRecord
 from tuner.report.schema import TrialReport
-from tuner.servemodel.admission import Replay, fit_admission
+from tuner.servemodel.admission import ROUNDS, Replay, fit_admission
 from tuner.servemodel.calibrate import calibrate
 from tuner.servemodel.configs import (
     build_label,
@@ -152,7 +152,8 @@ class Calibration:
         if step is None:
             return None
         steps = {k: f.step for k, f in self.fits.items()} | {key: step}
-        admit = self._admission(groups | {key: members}, steps)
+        # one correction from the run's delay: this runs after every point of a trial
+        admit = self._admission(groups | {key: members}, steps, self.admit_per_seq_s, 1)
         return step.model_copy(update={"admit_per_seq_s": admit})
 
     def update(self, trials: Sequence[TrialReport]) -> dict[str, BuildFit]:
@@ -192,7 +193,11 @@ class Calibration:
             f.step = f.step.model_copy(update={"admit_per_seq_s": self.admit_per_seq_s})
 
     def _admission(
-        self, groups: dict[str, list[TrialReport]], steps: dict[str, StepModel]
+        self,
+        groups: dict[str, list[TrialReport]],
+        steps: dict[str, StepModel],
+        start: float = 0.0,
+        rounds: int = ROUNDS,
     ) -> float:
         """The admission delay of every fitted build's trial points (``groups``), each
         replayed with its build's step model (``steps``)."""
@@ -207,7 +212,7 @@ class Calibration:
                 replays += [Replay(self.read(t, i), knobs) for i in range(len(t.points))]
             if replays:
                 builds.append((steps[key], replays))
-        return fit_admission(builds)
+        return fit_admission(builds, start, rounds)
 
     def _knobs(self, params: dict[str, Any]) -> Knobs:
         kv = kv_bytes_per_token(self.model_dir, params.get("kv_cache_dtype"))

@@ -181,6 +181,7 @@ class Guide:
                 continue
             key = (
                 self.calibration.stamps.get(self._key(fit.build)),
+                self.calibration.admit_per_seq_s,  # the run's, refitted with any build
                 config_key(params),
                 resamples,
                 n_errors,
@@ -252,11 +253,12 @@ class Guide:
         for key, fit in fits.items():
             where = (stage.name, key, config_key(carried))
             stamp = self.calibration.stamps.get(key)
+            again = where in self._full and self._full[where][0] == stamp
             n, before = self.screen_trials, []
-            if where in self._full and self._full[where][0] == stamp:
+            if again:
                 n, before = max(1, n // RESCREEN_SHARE), self._full[where][1]
             ranked = self._screen_build(stage, carried, fit.build, sim, n, before)
-            if not before:
+            if not again:
                 self._full[where] = (stamp, [{k.name: r[k.name] for k in sim} for r in ranked])
             found += ranked
             if ranked:

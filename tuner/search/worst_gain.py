@@ -57,7 +57,8 @@ class WorstGain:
         fit = self.g._nearest(params)
         if not pairs or fit is None:
             return None
-        key = (k, self.g.calibration.stamps.get(self.g._key(fit.build)), config_key(params))
+        cal = self.g.calibration
+        key = (k, cal.stamps.get(self.g._key(fit.build)), cal.admit_per_seq_s, config_key(params))
         if key not in self.cache:
             step, _ = self.g._step_for(params, fit)
             try:

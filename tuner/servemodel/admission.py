@@ -17,7 +17,9 @@ times with their own lengths, are simulated with their build's step model, and t
 the one under which the simulated TTFTs add up to the measured ones (a delay of ``d`` adds
 about ``d`` to a request's mean TTFT: it misses the next step with a probability of ``d`` over
 the step's time).
-One correction after the first estimate settles it. Only the trials' points are replayed: the
+One correction after the first estimate settles it. A point with a failed request is not
+replayed: without it the simulation would carry less load than the server did, and read the
+difference as delay. Only the trials' points are replayed: the
 probe's closed loops send every client's first prompt at once, a burst of prefills the step
 model is not fitted for (replayed, the baseline's TTFTs there came out up to 1.5 s over the
 simulated ones with nothing yet running, which would read as a delay of 13 ms a request).
@@ -67,6 +69,8 @@ def _gaps(step: StepModel, replays: Sequence[Replay]) -> tuple[float, float]:
     requests running when it arrived."""
     gap = running = 0.0
     for rp in replays:
+        if not all(r.ok for r in rp.records):
+            continue  # replayed without its failed requests it would carry less than it did
         arrivals, measured = arrivals_of(rp.records)
         if not arrivals:
             continue
@@ -82,17 +86,24 @@ def _gaps(step: StepModel, replays: Sequence[Replay]) -> tuple[float, float]:
     return gap, running
 
 
-def fit_admission(builds: Sequence[tuple[StepModel, Sequence[Replay]]]) -> float:
+def fit_admission(
+    builds: Sequence[tuple[StepModel, Sequence[Replay]]],
+    start: float = 0.0,
+    rounds: int = ROUNDS,
+) -> float:
     """The admission delay per running request (seconds) that makes the replayed TTFTs of
     ``builds`` (each build's step model and its measured points) add up to the measured ones;
     0 where no replayed request arrived beside a running one.
+
+    ``start``, ``rounds``: the estimate corrected from, and how many times (a refit from the
+    run's own delay needs one).
 
     One delay serves every build of a run: the front end is the machine's and the model's,
     and a build measured at light load alone (a trial's first point, a few dozen requests
     running) says little of it, where another build's heavy points say much.
     """
-    admit = 0.0
-    for _ in range(ROUNDS):
+    admit = start
+    for _ in range(rounds):
         gap = running = 0.0
         for step, replays in builds:
             g, r = _gaps(step.model_copy(update={"admit_per_seq_s": admit}), replays)
