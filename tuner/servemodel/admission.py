@@ -16,13 +16,13 @@ applies it). It is fitted here by replay: each measured point's requests, sent a
 times with their own lengths, are simulated with their build's step model, and the delay is
 the one under which the simulated TTFTs add up to the measured ones (a delay of ``d`` adds
 about ``d`` to a request's mean TTFT: it misses the next step with a probability of ``d`` over
-the step's time).
-One correction after the first estimate settles it. A point with a failed request is not
-replayed: without it the simulation would carry less load than the server did, and read the
-difference as delay. Only the trials' points are replayed: the
-probe's closed loops send every client's first prompt at once, a burst of prefills the step
-model is not fitted for (replayed, the baseline's TTFTs there came out up to 1.5 s over the
-simulated ones with nothing yet running, which would read as a delay of 13 ms a request).
+the step's time). One correction after the first estimate settles it.
+
+A point with a failed request is not replayed: without it the simulation would carry less load
+than the server did, and read the difference as delay. Only the trials' points are replayed:
+the probe's closed loops send every client's first prompt at once, a burst of prefills the
+step model is not fitted for (replayed, the baseline's TTFTs there came out up to 1.5 s over
+the simulated ones with nothing yet running, which would read as a delay of 13 ms a request).
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ MAX_ADMIT_S = 0.05  # per running request: far above anything measured (1.7 ms)
 
 @dataclass(frozen=True)
 class Replay:
-    """One measured point to replay: its completed requests and the knobs it ran with."""
+    """One measured point to replay: its requests' records and the knobs it ran with."""
 
     records: Sequence[RequestRecord]
     knobs: Knobs
