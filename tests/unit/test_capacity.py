@@ -423,6 +423,31 @@ def test_a_held_load_that_breaks_when_measured_again_is_stepped_under_by_a_littl
     assert res.best is not None and res.best.load == seen[4]
 
 
+def test_a_held_load_measured_again_is_not_counted_against_the_points() -> None:
+    """CI's robust integration test (2026-12-07): a short point held, the refining points over
+    it broke, it broke when measured again, and the step under it broke too, with the search's
+    points spent: nothing held. The point measured again checked what the search had; the
+    search keeps the step it cost and finds a load that holds."""
+    axis = LoadAxis("rate", minimum=0.05, maximum=200.0)
+    seen: list[float] = []
+
+    def measure(r: float) -> PointOutcome:
+        seen.append(r)
+        if r == 13.0 and seen.count(r) == 1:
+            return PointOutcome(r, True, -0.4, 570.0)  # a short sample's word
+        held = r <= 10.0
+        return PointOutcome(r, held, -0.2 if held else 0.6, 48.0 * min(r, 10.0))
+
+    res = find_capacity(
+        measure, start=13.0, axis=axis, max_points=5, rate_step=1.22,
+        too_short=lambda x: x == 13.0,
+    )  # fmt: skip
+    assert seen[3] == 13.0 and seen.count(13.0) == 2  # measured again: broke
+    assert not any(p.holds for p in res.points[1:5])  # the steps spent, nothing held since
+    assert len(seen) == 6  # five steps of the search, and the point measured again
+    assert res.best is not None and res.best.load == seen[5] <= 10.0
+
+
 def queueing_system(capacity_rps: float) -> Callable[[float], PointOutcome]:
     """Open-loop latency as it looks: far under the limit until close to the capacity, then
     over it at once (the margin gives a climb little warning)."""

@@ -322,6 +322,28 @@ def test_a_load_margin_keeps_the_open_loop_under_its_cliff() -> None:
     assert res.chosen.load == pytest.approx(18.6, abs=0.05)
 
 
+def test_a_load_margin_holds_under_a_search_where_every_load_held() -> None:
+    # The README command on a fast AMD box (2026-12-07 15:56): a search cut short by its time
+    # share held every load; the confirmation at the highest broke with the full sample. The
+    # capacity lies at or above the highest load, so the margin is taken under that.
+    s = Cliff(ms_per_load=0.0)
+    rate = LoadAxis("rate", minimum=0.05, maximum=100)
+    pts = search_points(s, [10, 15, 20])  # every load held; the limit is crossed at 20.7
+    assert target_load(pts, CONS, rate, 0.10) == 20.0  # no margin: the highest
+    assert target_load(pts, CONS, rate, 0.10, load_margin=0.15) == 17.0
+    res = confirm(
+        s.measure(505),
+        search_points=pts,
+        cons=CONS,
+        axis=rate,
+        headroom=0.10,
+        max_tries=4,
+        load_margin=0.15,
+    )
+    assert res.chosen is not None and res.chosen.load == 17.0
+    assert all(t.load <= 17.0 for t in res.tries)  # refining up never passes it
+
+
 def test_a_confirmed_claim_below_the_confirmed_baseline_is_weaker() -> None:
     from types import SimpleNamespace
 

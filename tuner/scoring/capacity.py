@@ -216,7 +216,12 @@ def find_capacity(
         growth: the concurrency axis's largest step up while everything holds.
         rate_step: the rate axis's largest step up (smaller near the limit; ``_next_up``).
         resolution: stop refining once the failed/held load ratio is within this.
-        max_points: the most load points to measure.
+        max_points: the most load points to measure, not counting a short held load measured
+            once more (``too_short``): that point checks what the search already had, and when
+            it breaks, the search has lost its only held load with its steps spent. (CI, the
+            robust integration test of 2026-12-07: a 12-request point held at 3.58 requests/s,
+            three refining points over it broke, 3.58 measured again broke, 3.15 broke, and the
+            seventh point ended the search with nothing held.)
         saturation_gain: stop climbing when throughput grew by less than this factor.
         abandon: after every point, a reason to give up on this configuration, or None.
         should_stop: checked with the next load before every point after the first (the
@@ -247,7 +252,7 @@ def find_capacity(
 
     def next_load() -> float | None:
         """The next load to measure, or None when the capacity is found well enough."""
-        if len(res.points) >= max_points:
+        if len(res.points) - len(again) >= max_points:
             return None
         failed = [q for q in res.points if not q.holds]
         top = consistent_best(res.points)

@@ -19,9 +19,10 @@ Search points are short, so the recommendation is measured again before ``meets_
    meet the SLOs, and the caller says so.
 
 ``load_margin`` (the open loop's): no try goes above ``(1 - load_margin)`` x the capacity fitted
-at the limit itself. Under open-loop arrivals latency rises so steeply near saturation that 10 %
-under the latency limit is about 1 % under the capacity; there, a margin in latency guards
-nothing against a heavier client or a slower minute, a margin in load does.
+at the limit itself (x the highest load measured, where every one held the limit). Under
+open-loop arrivals latency rises so steeply near saturation that 10 % under the latency limit
+is about 1 % under the capacity; there, a margin in latency guards nothing against a heavier
+client or a slower minute, a margin in load does.
 
 Pure logic over a ``measure(load)`` callable and the search's samples, tested with scripted ones.
 """
@@ -91,7 +92,8 @@ def target_load(
     load_margin: float = 0.0,
 ) -> float:
     """Where the fitted latency reaches (1 - headroom) x its limit, rounded down onto the axis,
-    and at most the load ceiling. Every load held even with headroom: the highest measured;
+    and at most the load ceiling (``ceiling``). Every load held even with headroom: the highest
+    measured, under the ceiling;
     none did: ``STEP_DOWN_FLOOR`` x where the limit itself is reached, where a load held that
     (the README command on the Xeon, 2026-12-06: one search point held 14.2 req/s with p99 TTFT
     1.7 s by its drift against 1.8 with headroom, and the confirmation began at half of it, 7.1,
@@ -110,16 +112,24 @@ def target_load(
 
 
 def ceiling(points: Sequence[Samples], cons: Sequence[Constraint], load_margin: float) -> float:
-    """``(1 - load_margin)`` x the load where the fit crosses the limit itself; unbounded where
-    there is no margin, or the crossing lies past every load measured."""
+    """``(1 - load_margin)`` x the load where the fit crosses the limit itself, or, where every
+    load measured held the limit, x the highest of them (the capacity lies at or above it, so
+    the margin holds under it too); unbounded where there is no margin."""
     if load_margin <= 0:
         return math.inf
     return _ceiling_of(estimate(points, cons, level=0.0, resamples=0), load_margin)
 
 
 def _ceiling_of(at_limit: CapacityEstimate | None, load_margin: float) -> float:
-    """``ceiling`` from the limit-level estimate already made."""
-    if load_margin <= 0 or at_limit is None or at_limit.censored != "none" or at_limit.load is None:
+    """``ceiling`` from the limit-level estimate already made. (Censored above, its load is the
+    highest measured. Left unbounded there, the README command on a fast AMD box, 2026-12-07
+    15:56, confirmed its best at 12.5 requests/s, where 336 requests had held at 12.6 in a
+    search its time share cut short, with p99 TTFT judged at 1.80 s against a 2 s limit; the
+    505-request try broke, no time was left for a second, and the recommendation did not meet
+    its SLO.)"""
+    if load_margin <= 0 or at_limit is None or at_limit.censored == "below":
+        return math.inf
+    if at_limit.load is None:
         return math.inf
     return (1.0 - load_margin) * at_limit.load
 
