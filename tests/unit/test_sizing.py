@@ -448,3 +448,38 @@ def test_the_baseline_keeps_nothing_back_for_trials_until_one_of_its_loads_holds
     clock.t = 520.0
     # Now it has a figure: the first trial's gate is kept back again, and does not fit.
     assert "time budget" in (sizing.points_time_left(st, base) or "")
+
+
+def test_a_quantised_trial_whose_gain_is_not_paid_keeps_the_fresh_confirmation_back(
+    tmp_path: Path,
+) -> None:
+    """The README command on a fast AMD box (2026-12-07 16:25): an fp8 KV cache ahead of a
+    batching trial whose one point held kept back one try on its own server, as a leader does,
+    took two more points, and was then not carried (its quality cost unpaid): the best's fresh
+    start had time for 387 of the 459 requests its p99 needs. A trial that would not lead keeps
+    the best's fresh confirmation back."""
+    from probes.quality import QualityCheck
+
+    clock = Clock()
+    st = _state(tmp_path, clock)
+    st.baseline = _trial(0, 40.0, 5.0)
+    _samples(st, 0, 5.0, 300.0)
+    ref = _trial(2, 40.0, 10.0)
+    _samples(st, 2, 10.0, 900.0)  # its one point held: a lower bound
+    ref.estimate = st.estimate(2)
+    assert ref.estimate is not None and ref.estimate.censored == "above"
+    st.trials = [ref]
+    fp8 = _trial(3, 40.0, 11.0)
+    fp8.status = "running"
+    fp8.points = [_point(11.0, True), _point(13.4, False)]
+    _samples(st, 3, 11.0, 900.0)
+    _samples(st, 3, 13.4, 4_000.0)
+    est = st.estimate(3)
+    assert est is not None and est.tokens_per_s > st.to_beat(ref)  # ahead of the best
+    leader = sizing.reserve_s(st, fp8)
+    assert leader < sizing.end_reserve_s(st)  # costing no quality, it leads: tries in place
+    fp8.quality = QualityCheck(
+        metric="perplexity", value=48.88, baseline_value=48.66, degradation_pct=0.46,
+        limit_pct=1.0, holds=True, n_tokens=900, n_texts=24,
+    )  # fmt: skip
+    assert sizing.reserve_s(st, fp8) == sizing.end_reserve_s(st) > leader

@@ -14,6 +14,7 @@ from collections.abc import Iterable
 
 from tuner.report.schema import TrialReport
 from tuner.scoring.compare import TIE_BAND
+from tuner.scoring.estimate import CapacityEstimate
 from tuner.scoring.quality_gain import unpaid
 from tuner.servemodel.spreads import RUN_TO_RUN
 
@@ -29,11 +30,15 @@ def reference(trials: Iterable[TrialReport]) -> TrialReport | None:
 
 
 def unpaid_reason(
-    t: TrialReport, trials: Iterable[TrialReport], band: float = TIE_BAND
+    t: TrialReport,
+    trials: Iterable[TrialReport],
+    band: float = TIE_BAND,
+    est: CapacityEstimate | None = None,
 ) -> str | None:
     """Why ``t``'s quality cost is not paid by an established gain over the best trial that
-    costs none (None: it costs none, or the gain is established, or nothing to compare)."""
-    return _unpaid_over(t, reference(trials), band)
+    costs none (None: it costs none, or the gain is established, or nothing to compare).
+    ``est``: ``t``'s estimate so far, where its search is still under way."""
+    return _unpaid_over(t, reference(trials), band, est)
 
 
 def may_lead(trials: list[TrialReport], band: float = TIE_BAND) -> list[TrialReport]:
@@ -43,12 +48,15 @@ def may_lead(trials: list[TrialReport], band: float = TIE_BAND) -> list[TrialRep
     return [t for t in trials if _eligible(t) and _unpaid_over(t, ref, band) is None]
 
 
-def _unpaid_over(t: TrialReport, ref: TrialReport | None, band: float) -> str | None:
-    if not costs_quality(t) or ref is None or t.estimate is None or ref.estimate is None:
+def _unpaid_over(
+    t: TrialReport, ref: TrialReport | None, band: float, est: CapacityEstimate | None = None
+) -> str | None:
+    est = est or t.estimate
+    if not costs_quality(t) or ref is None or est is None or ref.estimate is None:
         return None
     high = ref.predicted.high if ref.predicted is not None else None
     # A gain beyond what a fresh start of the same configuration could show.
-    why = unpaid(t.estimate, ref.estimate, high, max(band, RUN_TO_RUN))
+    why = unpaid(est, ref.estimate, high, max(band, RUN_TO_RUN))
     if why is None:
         return None
     name = "the baseline" if ref.number == 0 else f"trial {ref.number}"

@@ -429,9 +429,10 @@ def _unscored(trial: TrialReport) -> bool:
 def reserve_s(st: RunState, trial: TrialReport | None) -> float:
     """What a trial's capacity search keeps back for the confirmation. While the trial leads
     (its estimate so far at least what it must beat, ``RunState.to_beat``, or every load
-    held), tries at its own estimated capacity on its own server, where it is confirmed if time
-    runs short (``confirm_in_place``): two once its capacity is bracketed as narrowly as the search
-    refines it, else one, so that a point which narrows a wide bracket still fits. (Every load
+    held; at a quality cost, with a gain that pays it, tuner/run/quality_paid.py), tries at its
+    own estimated capacity on its own server, where it is confirmed if time runs short
+    (``confirm_in_place``): two once its capacity is bracketed as narrowly as the search refines
+    it, else one, so that a point which narrows a wide bracket still fits. (Every load
     held: the capacity lies above the highest, and a try there is the longest the confirmation
     could take. A wide bracket: its straight-line crossing lies under the capacity, and a
     first try at the load margin under that meets the SLOs with room.) Else the best's
@@ -455,6 +456,13 @@ def reserve_s(st: RunState, trial: TrialReport | None) -> float:
     if est.censored != "above" and est.tokens_per_s < st.to_beat(best):
         # Behind the best. (Censored above, every load held: its capacity lies above its
         # highest load, which is the best's capacity or more, and it leads so far.)
+        return end_reserve_s(st)
+    if unpaid_reason(trial, st.measured(), st.opts.tie_band, est):
+        # Ahead, at a quality cost its gain does not pay so far: it would not lead, and the
+        # best is confirmed on a fresh start. (The README command on a fast AMD box,
+        # 2026-12-07 16:25: an fp8 KV cache ahead of a batching trial's lower bound took two
+        # more points, 64 and 75 s, keeping back one try on its own server; it was not carried,
+        # and the best's fresh start left time for 387 of the 459 requests its p99 needs.)
         return end_reserve_s(st)
     top = max(held, key=st.point_load)
     x = est.load if est.censored == "none" and est.load else st.point_load(top)
