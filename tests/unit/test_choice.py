@@ -33,3 +33,21 @@ def test_nothing_is_chosen_where_no_candidate_is_worth_a_start() -> None:
     assert choose([low], 1000.0, 0.05) is None
     assert choose([low], 1000.0, 0.05, last=True) is None
     assert choose([], 1000.0, 0.05) is None
+
+
+def test_a_stages_first_trial_takes_a_preferred_candidate_worth_a_start() -> None:
+    # The README command on the AMD box (2026-12-07 16:55): a seeded build not measured yet,
+    # predicted as high as the defaults' build but less surely, lost the choice to it.
+    calibrated = _cand("calibrated", 900.0, 0.10)
+    seeded = _cand("seeded", 820.0, 0.32)
+    assert choose([calibrated, seeded], 668.0, 0.05) is calibrated  # the larger expected gain
+    seeded_first = choose(
+        [calibrated, seeded], 668.0, 0.05, prefer=lambda c: c.params["name"] == "seeded"
+    )
+    assert seeded_first is seeded
+    # ... only where it is worth a start: a seeded build predicted far under the best is not
+    far_under = _cand("far", 400.0, 0.10)
+    assert (
+        choose([calibrated, far_under], 668.0, 0.05, prefer=lambda c: c.params["name"] == "far")
+        is calibrated
+    )

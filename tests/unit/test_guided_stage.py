@@ -35,7 +35,13 @@ class Broken(Guide):
         raise ZeroDivisionError("a model bug")
 
     def propose(
-        self, stage: Stage, carried: dict[str, Any], tried: set[tuple], *, last: bool = False
+        self,
+        stage: Stage,
+        carried: dict[str, Any],
+        tried: set[tuple],
+        *,
+        last: bool = False,
+        first: bool = False,
     ) -> None:
         raise ZeroDivisionError("a model bug")
 
@@ -44,14 +50,22 @@ class Recording(Guide):
     """A model that proposes the stage's first candidate and records what it was told."""
 
     told: list[bool]
+    firsts: list[bool]
 
     def fits(self) -> dict[str, Any]:
         return {"b": object()}
 
     def propose(
-        self, stage: Stage, carried: dict[str, Any], tried: set[tuple], *, last: bool = False
+        self,
+        stage: Stage,
+        carried: dict[str, Any],
+        tried: set[tuple],
+        *,
+        last: bool = False,
+        first: bool = False,
     ) -> Any:
         self.told.append(last)
+        self.firsts.append(first)
         return Candidate(dict(stage.candidates[0]), None, "calibrated", [])  # type: ignore[arg-type]
 
 
@@ -87,11 +101,12 @@ def test_the_stages_last_trial_is_told_to_the_model_and_said(tmp_path: Path) -> 
     said: list[str] = []
     st.say = said.append
     guide = Recording(st)
-    guide.told = []
+    guide.told, guide.firsts = [], []
     g = GuidedStage(st, guide)
     assert g.propose(STAGE, {}, set()) == {"max_num_seqs": 16}
-    assert g.propose(STAGE, {}, set(), last=lambda: True) == {"max_num_seqs": 16}
+    assert g.propose(STAGE, {}, set(), last=lambda: True, started=[1]) == {"max_num_seqs": 16}
     assert guide.told == [False, True]
+    assert guide.firsts == [True, False]  # the stage's first trial, then one after its own
     assert "the stage's last" not in said[0] and "next (the stage's last" in said[1]
 
 
@@ -102,7 +117,13 @@ class ExpectsNothing(Guide):
         return {"b": object()}
 
     def propose(
-        self, stage: Stage, carried: dict[str, Any], tried: set[tuple], *, last: bool = False
+        self,
+        stage: Stage,
+        carried: dict[str, Any],
+        tried: set[tuple],
+        *,
+        last: bool = False,
+        first: bool = False,
     ) -> None:
         return None
 

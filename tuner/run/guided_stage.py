@@ -112,7 +112,7 @@ class GuidedStage:
                 if self.guide.fits():
                     final = last()
                     self.guide.workers = 1
-                    c = self.guide.propose(stage, carried, tried, last=final)
+                    c = self.guide.propose(stage, carried, tried, last=final, first=not started)
                     self.st.screened = self.guide.screened
                     if c is None:
                         return self._checked(stage, tried, started)

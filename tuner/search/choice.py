@@ -7,6 +7,14 @@ screens and predicts them).
 - **The largest expected gain** goes first. A well-predicted configuration is thus measured
   because the model ranks it well above the best, a transferred one (a build not measured
   yet, predicted with another's step times) because the model is least sure of it.
+- **A stage's first trial** (``prefer``): of the candidates worth a start, a build the space
+  seeds (its hand-made candidates, each the best of a grid measured elsewhere) and the run has
+  not measured yet. The model predicts such a build with another build's step times, so its
+  figures rank it level with that build's own best setting, and only its wider interval puts
+  it first: a close call. (The README command on a 2-core AMD box, 2026-12-07 16:55, measured
+  the defaults' build at both batching trials and never reached the seeded one, both cores
+  bound and coarser streaming: 7.36 requests/s at best, where vLLM's own client had measured
+  12.3 for that build within the hour.)
 - **A stage's last trial** (once the stage has measured one of its own; tuner/run/sizing.py
   ``last_of_stage``): of the candidates worth a start, the one whose prediction's pessimistic
   end is highest. A start spent on what the model is least sure of pays where a later trial of
@@ -20,6 +28,7 @@ screens and predicts them).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,13 +52,21 @@ class Candidate:
 
 
 def choose(
-    cands: list[Candidate], best: float, tie_band: float, *, last: bool = False
+    cands: list[Candidate],
+    best: float,
+    tie_band: float,
+    *,
+    last: bool = False,
+    prefer: Callable[[Candidate], bool] | None = None,
 ) -> Candidate | None:
     """The candidate to measure (the module docstring), or None: none is worth a start.
-    ``best``: the best measured score (tokens/s); ``last``: the stage's last trial."""
+    ``best``: the best measured score (tokens/s); ``last``: the stage's last trial;
+    ``prefer``: the candidates taken first where any of them is worth a start."""
     worth = [(g, c) for c in cands if (g := expected_gain(c, best)) >= MIN_GAIN * tie_band * best]
     if not worth:
         return None
+    if prefer is not None:
+        worth = [(g, c) for g, c in worth if prefer(c)] or worth
     if last:
         return max(worth, key=lambda gc: (gc[1].prediction.low, gc[0]))[1]
     return max(worth, key=lambda gc: (gc[0], gc[1].prediction.tokens_per_s))[1]

@@ -238,11 +238,18 @@ class Guide:
 
     # ------------------------------------------------------------ the choice
     def propose(
-        self, stage: Stage, carried: dict[str, Any], tried: set[tuple], *, last: bool = False
+        self,
+        stage: Stage,
+        carried: dict[str, Any],
+        tried: set[tuple],
+        *,
+        last: bool = False,
+        first: bool = False,
     ) -> Candidate | None:
         """The stage's next configuration to measure, or None: nothing the model screened
         is expected to gain enough over the best measured configuration. ``last``: the stage's
-        last trial, chosen for its surest gain (the module docstring)."""
+        last trial, chosen for its surest gain; ``first``: its first, which takes a build the
+        space seeds where one is worth a start (tuner/search/choice.py)."""
         sim = [k for k in stage.knobs if k.sim is not None and not k.sim_build]
         fits = self.fits()
         if not sim or not fits:
@@ -267,7 +274,9 @@ class Guide:
         # nearest to (the best measured one's), so its first measurement is a good guess too.
         ref = self._key(best.params) if best is not None else next(iter(fits))
         sim_values = top.get(ref) or next(iter(top.values()), {})
-        found += self._new_builds(stage, carried, sim_values, tried)
+        new = self._new_builds(stage, carried, sim_values, tried)
+        found += new
+        seeded = {config_key(p) for p in new if first and self._seeded(stage, carried, p)}
         # each predicted with the full horizon and the bootstrap, side by side
         predicted = self.predict_many([{**carried, **params} for params in found])
         cands = [
@@ -281,7 +290,13 @@ class Guide:
             if config_key(c.params) not in tried and not self._refused(carried, c.params)
         ]
         # what a candidate's tuned figure must beat (its worst gain, under --objective robust)
-        chosen = choose(cands, self.st.to_beat(best), self.st.opts.tie_band, last=last)
+        chosen = choose(
+            cands,
+            self.st.to_beat(best),
+            self.st.opts.tie_band,
+            last=last,
+            prefer=(lambda c: config_key(c.params) in seeded) if seeded else None,
+        )
         if chosen is None:
             return None
         self._chosen = ({**carried, **chosen.params}, chosen)
@@ -379,6 +394,11 @@ class Guide:
                 if self._key({**carried, **params}) not in known:
                     out.append(params)
         return out
+
+    def _seeded(self, stage: Stage, carried: dict[str, Any], params: dict[str, Any]) -> bool:
+        """Whether ``params`` has the build of one of the stage's hand-seeded candidates."""
+        builds = {self._key({**carried, **c}) for c in stage.candidates}
+        return self._key({**carried, **params}) in builds
 
     def _refused(self, carried: dict[str, Any], params: dict[str, Any]) -> bool:
         return self.space.broken_rule({**carried, **params}, self.st.ctx) is not None
