@@ -399,20 +399,27 @@ def test_a_start_just_above_a_good_prediction_brackets_it_in_two_points(capacity
     assert res.points[0].load <= 1.15 * res.best.load
 
 
+def _short_sample_at_13(seen: list[float], capacity: float) -> Callable[[float], PointOutcome]:
+    """A system whose capacity is ``capacity`` req/s, whose first point at 13 req/s holds (a
+    short sample's word) and breaks when measured again; every load measured goes to ``seen``."""
+
+    def measure(r: float) -> PointOutcome:
+        seen.append(r)
+        if r == 13.0 and seen.count(r) == 1:
+            return PointOutcome(r, True, -0.4, 570.0)
+        held = r <= capacity
+        return PointOutcome(r, held, -0.2 if held else 0.6, 48.0 * min(r, capacity))
+
+    return measure
+
+
 def test_a_held_load_that_breaks_when_measured_again_is_stepped_under_by_a_little() -> None:
     """The 25-minute README command on the Xeon: 13 req/s held on a short point, 15.8 broke,
     13 measured again broke (here the step up is the margin's); the capacity lies just under
     13, so the next load is 0.88 of it, not half."""
     axis = LoadAxis("rate", minimum=0.05, maximum=200.0)
     seen: list[float] = []
-
-    def measure(r: float) -> PointOutcome:
-        seen.append(r)
-        if r == 13.0 and seen.count(r) == 1:
-            return PointOutcome(r, True, -0.4, 570.0)  # a short sample's word
-        held = r <= 11.6
-        return PointOutcome(r, held, -0.2 if held else 0.6, 48.0 * min(r, 11.6))
-
+    measure = _short_sample_at_13(seen, 11.6)
     res = find_capacity(
         measure, start=13.0, axis=axis, max_points=6, rate_step=1.22,
         too_short=lambda x: x == 13.0,
@@ -430,14 +437,7 @@ def test_a_held_load_measured_again_is_not_counted_against_the_points() -> None:
     search keeps the step it cost and finds a load that holds."""
     axis = LoadAxis("rate", minimum=0.05, maximum=200.0)
     seen: list[float] = []
-
-    def measure(r: float) -> PointOutcome:
-        seen.append(r)
-        if r == 13.0 and seen.count(r) == 1:
-            return PointOutcome(r, True, -0.4, 570.0)  # a short sample's word
-        held = r <= 10.0
-        return PointOutcome(r, held, -0.2 if held else 0.6, 48.0 * min(r, 10.0))
-
+    measure = _short_sample_at_13(seen, 10.0)
     res = find_capacity(
         measure, start=13.0, axis=axis, max_points=5, rate_step=1.22,
         too_short=lambda x: x == 13.0,
