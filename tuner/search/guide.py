@@ -396,9 +396,10 @@ class Guide:
         return out
 
     def _seeded(self, stage: Stage, carried: dict[str, Any], params: dict[str, Any]) -> bool:
-        """Whether ``params`` has the build of one of the stage's hand-seeded candidates."""
-        builds = {self._key({**carried, **c}) for c in stage.candidates}
-        return self._key({**carried, **params}) in builds
+        """Whether ``params`` has the build of one of the stage's hand-seeded candidates (the
+        candidate's values laid over it change no build knob)."""
+        mine = self._key({**carried, **params})
+        return any(self._key({**carried, **params, **c}) == mine for c in stage.candidates)
 
     def _refused(self, carried: dict[str, Any], params: dict[str, Any]) -> bool:
         return self.space.broken_rule({**carried, **params}, self.st.ctx) is not None
