@@ -64,7 +64,7 @@ def test_the_baselines_try_keeps_nothing_back_for_a_second(tmp_path: Path) -> No
 
 def test_once_a_try_has_met_no_try_is_made_short_of_its_percentile(tmp_path: Path) -> None:
     """A higher try cut to the time left would be provisional and could not raise the claim.
-    (The trial's measured 4.0 requests/s under the try's 4.69: a cut try fits its time.)"""
+    (A try cut to the time left is sized to fit it: its arrivals, then the lifetime.)"""
     clock = Clock()
     st = run_state(tmp_path, budget_s=1200.0, now=clock)
     st.measurer = object()  # type: ignore[assignment]  # not measured here
@@ -83,3 +83,25 @@ def test_once_a_try_has_met_no_try_is_made_short_of_its_percentile(tmp_path: Pat
     assert why is not None and f"of its {N} requests" in why
     clock.t = 0.0  # time for a whole one
     assert c.n_for(X) == N and c.may_try(X) is None
+
+
+def test_a_try_is_sized_by_its_own_arrivals_and_the_lifetime_after_them(tmp_path: Path) -> None:
+    """Open loop, requests go out at the try's load, not at the trial's measured rate (a short
+    point's requests over its span with the drain, far under its load). The README command on a
+    fast AMD box, 2026-12-07 18:17: trial 1 measured 6.93 requests/s with E2E p50 4.0 s; its
+    try at 10.3 with 63 s left was cut to 433 of 505 requests, where 505 arrivals take 49 s."""
+    clock = Clock()
+    st = run_state(tmp_path, budget_s=780.0, now=clock)
+    st.measurer = object()  # type: ignore[assignment]  # not measured here
+    trial = _trial(1, 38.0, 6.93, e2e_ms=4_000.0)
+    c = Confirmation(
+        st, None, None, trial, tmp_path, "confirmation",  # type: ignore[arg-type]
+        baseline=False, reserve_s=0.0,
+    )  # fmt: skip
+    clock.t = 780.0 - 10.0 - 63.0
+    assert c.n_for(10.3) == N
+    assert c.may_try(10.3) is None
+    clock.t = 780.0 - 10.0 - 40.0  # 40 s left: 36 s of arrivals, then the lifetime
+    n = c.n_for(10.3)
+    assert n == int(10.3 * 36.0)
+    assert c.try_s(10.3, n) <= 40.0 and c.may_try(10.3) is None  # the cut try fits its time

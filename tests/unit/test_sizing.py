@@ -61,6 +61,11 @@ def _trial(number: int, startup_s: float, rate: float, e2e_ms: float = 11_000.0)
     )
 
 
+def _try(st: RunState, capacity: float, e2e_s: float) -> float:
+    """A full-size confirmation try costed at the load margin under a capacity (open loop)."""
+    return 505 / (capacity * (1.0 - st.opts.load_margin)) + e2e_s
+
+
 def _point(rate: float, holds: bool, e2e_ms: float = 8_000.0) -> PointReport:
     verdict = Verdict(
         holds=holds, provisional=False, worst_margin=-0.3 if holds else 0.5, checks=[]
@@ -106,7 +111,8 @@ def test_after_a_cold_baseline_a_trial_fits_where_its_confirmation_on_its_own_se
     base = _trial(0, 122.0, 2.73)
     clock.t = 287.0
     try_s = sizing.confirm_try_s(st, base)
-    assert try_s == pytest.approx(505 / 2.73 + 11.0, abs=1.0)
+    x = 2.73 * (1.0 - st.opts.load_margin)  # the try's load, under the capacity
+    assert try_s == pytest.approx(int(0.25 * 780.0 * x) / x + 11.0, abs=1.0)  # a quarter's
     reserve = sizing.baseline_confirm_reserve_s(st, base)
     assert not st.budget.fits(try_s, reserve)  # so confirm_on puts the baseline's off
     st.baseline = base
@@ -205,7 +211,7 @@ def test_a_leading_trial_keeps_back_tries_at_its_own_capacity_not_the_best_ones(
     trial.points = [_point(2.73, True), _point(5.46, True)]
     _samples(st, 1, 2.73, 300.0)
     _samples(st, 1, 5.46, 900.0)
-    one_at_5_46 = 505 / 5.46 + 8.0
+    one_at_5_46 = _try(st, 5.46, 8.0)
     # Censored above (nothing failed yet): one try at its highest load.
     _keeps_back(st, clock, trial, one_at_5_46)
     # A load failed far above (6.9, 1.26x): one try at the fitted capacity, so that a point
@@ -214,13 +220,13 @@ def test_a_leading_trial_keeps_back_tries_at_its_own_capacity_not_the_best_ones(
     _samples(st, 1, 6.9, 5000.0)
     est = st.estimate(1)
     assert est is not None and est.censored == "none" and 5.46 < (est.load or 0) < 6.9
-    _keeps_back(st, clock, trial, 505 / (est.load or 1) + 8.0)
+    _keeps_back(st, clock, trial, _try(st, est.load or 1, 8.0))
     # Bracketed within the search's resolution (6.1 failed, 1.12x): two tries there.
     trial.points.append(_point(6.1, False))
     _samples(st, 1, 6.1, 3000.0)
     est = st.estimate(1)
     assert est is not None and est.censored == "none" and 5.46 < (est.load or 0) < 6.1
-    _keeps_back(st, clock, trial, 2 * (505 / (est.load or 1) + 8.0))
+    _keeps_back(st, clock, trial, 2 * _try(st, est.load or 1, 8.0))
     # Trailing the baseline: the baseline's fresh confirmation is what must fit, with one try
     # while the run has measured fewer than three trials (``fresh_tries``), two after.
     slow = _trial(2, 55.0, 1.0)

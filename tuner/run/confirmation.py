@@ -93,7 +93,8 @@ class Confirmation:
         st = self.st
         if self.baseline:  # never cut to the time left: a try fits whole, or is not made
             return sizing.n_confirm_fit(st, x, self.rps)
-        left = st.budget.left(10.0 + self.reserve)
+        # the sending, within the time left less the last requests' lifetime
+        left = st.budget.left(10.0 + self.reserve) - self.e2e_s
         return sizing.n_confirm_fit(st, x, self.rps, left if math.isfinite(left) else None)
 
     def per_s(self, x: float) -> float:

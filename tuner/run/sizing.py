@@ -90,9 +90,15 @@ def n_confirm(st: RunState, c: float) -> int:
 
 def n_confirm_fit(st: RunState, c: float, rps: float, left_s: float | None = None) -> int:
     """The confirmation's request count under a time budget: what the SLO percentile needs,
-    unless that takes more than a quarter of the budget (or the time left): then what fits,
-    and the verdict says it is provisional. A slow server (static batching at 0.4 requests/s)
-    would otherwise spend half an hour confirming a p99."""
+    unless sending it takes more than a quarter of the budget (or ``left_s``, the time left for
+    the sending): then what fits, and the verdict says it is provisional. A slow server (static
+    batching at 0.4 requests/s) would otherwise spend half an hour confirming a p99. Requests
+    go out at the load itself on the rate axis (open loop), at the measured rate ``rps``
+    under a concurrency. (The measured rate of a short open-loop point, its requests over its
+    span with the drain, is far under its load: the README command on a fast AMD box,
+    2026-12-07 18:17, cut a confirmation try at 10.3 requests/s to 433 of its 505 requests
+    with 63 s left, sized at trial 1's 6.93, where 505 arrivals take 49 s; provisional, that
+    try could not meet the SLOs it held with room.)"""
     n = n_confirm(st, c)
     total = st.opts.time_budget_s
     if total is None:
@@ -100,8 +106,9 @@ def n_confirm_fit(st: RunState, c: float, rps: float, left_s: float | None = Non
     cap_s = 0.25 * total
     if left_s is not None:
         cap_s = min(cap_s, left_s)
+    per_s = c if st.axis.kind == "rate" else rps
     floor = math.ceil(2 * c) if st.axis.kind == "concurrency" else 20
-    return max(floor, 20, min(n, math.floor(max(rps, 1e-3) * cap_s)))
+    return max(floor, 20, min(n, math.floor(max(per_s, 1e-3) * cap_s)))
 
 
 def growth_room(n: int, spare_s: float | None, per_s: float) -> int:
@@ -182,6 +189,14 @@ def confirm_try_s(st: RunState, best: TrialReport | None = None) -> float:
 
 
 def _try_s(st: RunState, x: float, rps: float, e2e_ms: float | None) -> float:
+    """One full-size confirmation try of a configuration whose capacity is ``x``. Open loop,
+    at the load margin under it, where the confirmation's first try goes at most
+    (tuner/scoring/confirm.py): its arrivals take ``1 / (1 - load_margin)`` as long as at the
+    capacity. (Costed at the capacity, the README command on a fast AMD box, 2026-12-07 18:17,
+    kept 86 s back for two tries of trial 1, 12.9 requests/s, that went to 10.9 and 10.3 and
+    took 103 s before any grew.)"""
+    if st.axis.kind == "rate":
+        x *= 1.0 - st.opts.load_margin
     return _point_s(st, n_confirm_fit(st, x, max(rps, 1e-3)), x, rps, e2e_ms)
 
 
