@@ -342,6 +342,9 @@ def test_a_load_margin_holds_under_a_search_where_every_load_held() -> None:
     )
     assert res.chosen is not None and res.chosen.load == 17.0
     assert all(t.load <= 17.0 for t in res.tries)  # refining up never passes it
+    # and the stop says so: the margin held it back, not the fit
+    assert res.stopped.startswith("the load margin: no try above")
+    assert "every one held" in res.stopped
 
 
 def test_a_confirmed_claim_below_the_confirmed_baseline_is_weaker() -> None:

@@ -35,6 +35,7 @@ from tuner.run.measure import point_line
 from tuner.run.scoring import describe
 from tuner.run.state import RunState
 from tuner.scoring.confirm import (
+    MARGIN_STOP,
     STEP_DOWN_FLOOR,
     ConfirmResult,
     Try,
@@ -302,6 +303,11 @@ def _recommendation(
                 else f"no confirmation try met the SLOs ({len(res.tries)} tried; {res.stopped})"
             )
         )
+    elif res.stopped.startswith(MARGIN_STOP):
+        # met with room, and held back from a higher try by the margin, not by the fit
+        line = f"{label}: the claim ends at {axis.label(pick.load)}: {res.stopped}"
+        st.notes.append(line)
+        st.say(line)
     searched = st.samples.get(trial.number, [])
     new = [t.samples for t in res.tries if all(t.samples is not p for p in searched)]
     capacity = estimate([*searched, *new], st.cons, seed=st.opts.seed + trial.number)
