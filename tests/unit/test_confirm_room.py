@@ -9,16 +9,24 @@ from pathlib import Path
 from probes.metrics import Verdict
 from tests.unit.run_state import run_state
 from tests.unit.test_sizing import Clock, _trial
+from tuner.report.schema import TrialReport
 from tuner.run.confirmation import Confirmation
 from tuner.scoring.confirm import STEP_DOWN_FLOOR
 
 X, N = 4.69, 505
 
 
-def _confirmation(tmp_path: Path, clock: Clock, *, baseline: bool = False) -> Confirmation:
-    st = run_state(tmp_path, budget_s=1200.0, now=clock)
+def _confirmation(
+    tmp_path: Path,
+    clock: Clock,
+    *,
+    baseline: bool = False,
+    budget_s: float = 1200.0,
+    trial: TrialReport | None = None,
+) -> Confirmation:
+    st = run_state(tmp_path, budget_s=budget_s, now=clock)
     st.measurer = object()  # type: ignore[assignment]  # not measured here
-    trial = _trial(0 if baseline else 3, 45.0, 5.0, e2e_ms=13_000.0)
+    trial = trial or _trial(0 if baseline else 3, 45.0, 5.0, e2e_ms=13_000.0)
     return Confirmation(
         st, None, None, trial, tmp_path, "confirmation",  # type: ignore[arg-type]
         baseline=baseline, reserve_s=0.0,
@@ -66,13 +74,7 @@ def test_once_a_try_has_met_no_try_is_made_short_of_its_percentile(tmp_path: Pat
     """A higher try cut to the time left would be provisional and could not raise the claim.
     (A try cut to the time left is sized to fit it: its arrivals, then the lifetime.)"""
     clock = Clock()
-    st = run_state(tmp_path, budget_s=1200.0, now=clock)
-    st.measurer = object()  # type: ignore[assignment]  # not measured here
-    trial = _trial(3, 45.0, 4.0, e2e_ms=13_000.0)
-    c = Confirmation(
-        st, None, None, trial, tmp_path, "confirmation",  # type: ignore[arg-type]
-        baseline=False, reserve_s=0.0,
-    )  # fmt: skip
+    c = _confirmation(tmp_path, clock, trial=_trial(3, 45.0, 4.0, e2e_ms=13_000.0))
     whole = c.try_s(X, N)
     clock.t = 1200.0 - 10.0 - 0.8 * whole  # four fifths of a whole try left
     assert c.n_for(X) < N
@@ -91,13 +93,7 @@ def test_a_try_is_sized_by_its_own_arrivals_and_the_lifetime_after_them(tmp_path
     fast AMD box, 2026-12-07 18:17: trial 1 measured 6.93 requests/s with E2E p50 4.0 s; its
     try at 10.3 with 63 s left was cut to 433 of 505 requests, where 505 arrivals take 49 s."""
     clock = Clock()
-    st = run_state(tmp_path, budget_s=780.0, now=clock)
-    st.measurer = object()  # type: ignore[assignment]  # not measured here
-    trial = _trial(1, 38.0, 6.93, e2e_ms=4_000.0)
-    c = Confirmation(
-        st, None, None, trial, tmp_path, "confirmation",  # type: ignore[arg-type]
-        baseline=False, reserve_s=0.0,
-    )  # fmt: skip
+    c = _confirmation(tmp_path, clock, budget_s=780.0, trial=_trial(1, 38.0, 6.93, e2e_ms=4_000.0))
     clock.t = 780.0 - 10.0 - 63.0
     assert c.n_for(10.3) == N
     assert c.may_try(10.3) is None
