@@ -9,12 +9,15 @@ a fresh start:
 1. **Calibration** (the build's defaults for the scheduler knobs): a prefill sweep at
    concurrency 1 (prompts of 16-2,048 tokens, 3 each), then open-loop Poisson points up a
    ladder (x1.5 from ``--start-rate``, ``--calib-span`` seconds of arrivals each) until one
-   breaks the SLOs. Every request's record goes to the fit (tuner/servemodel/calibrate.py).
+   breaks the SLOs, then bisected as below. Every request's record goes to the fit
+   (tuner/servemodel/calibrate.py).
 2. **Each configuration**: the model predicts its capacity (tuner/servemodel/predict.py: the
    tuner's estimator and SLO verdict on simulated points); then the engine is started with it,
    warmed up, and measured with autotune's client at 0.85, 1.0 and 1.15 x the predicted rate
-   (more points, further out, where those do not bracket the crossing), ``--span`` seconds of
-   arrivals each. Its measured capacity is the same estimator over those points. At every
+   (more points, further out, where those do not bracket the crossing), then bisected until
+   the highest load that held and the lowest that broke are within 5 % (a wider bracket reads
+   the capacity low: see ``narrow``), ``--span`` seconds of arrivals each. Its measured
+   capacity is the same estimator over those points. At every
    measured load the model is also asked for that load's TTFT p99 and TPOT p50.
 3. **The calibration configuration again**, on a fresh start, at the loads its first
    measurement bracketed: the run-to-run spread of a fresh start, measured beside the error.
@@ -29,7 +32,7 @@ changed model can be scored again on the same measurements without an engine:
         --build uvicorn_access_log=false --build stream_interval=8
     .venv/bin/python benchmarks/model_accuracy.py --again results/accuracy-<timestamp>
 
-Run it from the repository root on an idle machine (about 40 minutes on 2 cores).
+Run it from the repository root on an idle machine (about an hour on 2 cores).
 """
 
 from __future__ import annotations
@@ -83,6 +86,8 @@ CONFIGS: list[dict[str, Any]] = [
 ]
 VERDICT = {True: "held", False: "broke", None: ""}
 PREFILL_PROMPTS = (16, 64, 256, 1024, 2048)
+BRACKET = 0.05  # a measured capacity's held and broken loads end within 5 % of each other
+MAX_BISECT = 3  # points added to narrow a bracket (x1.5 -> 1.22 -> 1.11 -> 1.05)
 Result = dict[str, Any]
 
 
@@ -234,6 +239,7 @@ def calibration_plan(b: Bench) -> Any:
             if not holds:
                 break
             x *= 1.5
+        narrow(b, res, point, d, b.a.calib_span)
 
     return plan
 
@@ -254,6 +260,7 @@ def test_plan(b: Bench, predicted_rate: float) -> Any:
             recs = point(x, max(60, round(x * b.a.span)))
             holds, _, m = b.judged(x, recs)
             save_point(res, d, "rate", x, recs, holds, m)
+        narrow(b, res, point, d, b.a.span)
 
     return plan
 
@@ -264,8 +271,36 @@ def again_plan(b: Bench, loads: list[float]) -> Any:
             recs = point(x, max(60, round(x * b.a.span)))
             holds, _, m = b.judged(x, recs)
             save_point(res, d, "rate", x, recs, holds, m)
+        narrow(b, res, point, d, b.a.span)
 
     return plan
+
+
+def bracket(res: Result) -> tuple[float, float] | None:
+    """The highest load that held under the lowest that broke, and that lowest (None until
+    one held below one that broke)."""
+    rate = [p for p in res["points"] if p["kind"] == "rate"]
+    broke = [p["load"] for p in rate if p["holds"] is False]
+    if not broke:
+        return None
+    held = [p["load"] for p in rate if p["holds"] and p["load"] < min(broke)]
+    return (max(held), min(broke)) if held else None
+
+
+def narrow(b: Bench, res: Result, point: Any, d: Path, span: float) -> None:
+    """Bisect the measured bracket (geometric midpoints) until its loads are within
+    ``BRACKET`` of each other, at most ``MAX_BISECT`` points. A latency that turns up sharply
+    at saturation makes the estimator's straight line between a point well under the limit
+    and one far over it cross early: a wide bracket reads the capacity low, where the model's
+    own search brackets its crossing within 2 %."""
+    for _ in range(MAX_BISECT):
+        br = bracket(res)
+        if br is None or br[1] <= br[0] * (1.0 + BRACKET):
+            return
+        x = (br[0] * br[1]) ** 0.5
+        recs = point(x, max(60, round(x * span)))
+        holds, _, m = b.judged(x, recs)
+        save_point(res, d, "rate", x, recs, holds, m)
 
 
 # ------------------------------------------------------------ the model's side
@@ -446,7 +481,9 @@ def main() -> int:
             res["measured"] = measured_capacity(b, res)
             doc["configs"].append(res)
             save()
-        loads = sorted({p["load"] for p in calib["points"] if p["kind"] == "rate"})[-3:]
+        br = bracket(calib)
+        rate_loads = sorted({p["load"] for p in calib["points"] if p["kind"] == "rate"})
+        loads = rate_loads[-3:] if br is None else [x for x in rate_loads if x <= br[1]][-3:]
         res = b.measure("calibration-again", dict(build), again_plan(b, loads))
         res["role"] = "again"
         res["measured"] = measured_capacity(b, res)
