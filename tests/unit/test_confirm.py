@@ -79,11 +79,13 @@ def search_points(system: System, loads: list[float], n: int = 60) -> list[Sampl
 
 
 def test_the_target_is_interpolated_with_headroom_and_rounded_down() -> None:
-    s = System(ms_per_load=40.0)  # 1000 ms at 25; 900 ms at 22.5
+    s = System(ms_per_load=40.0)  # 640 ms at 16, 1280 ms at 32
     pts = search_points(s, [8, 16, 32])
-    assert target_load(pts, CONS, CONCURRENCY, 0.10) == 22.0
+    # 900 ms in the latency's logarithm between 16 and 32: 16 + 16 x log2(900 / 640) = 23.87
+    assert 16 + 16 * math.log2(900 / 640) == pytest.approx(23.87, abs=0.005)
+    assert target_load(pts, CONS, CONCURRENCY, 0.10) == 23.0
     rate = LoadAxis("rate", minimum=0.05, maximum=100)
-    assert target_load(pts, CONS, rate, 0.10) == 22.5
+    assert target_load(pts, CONS, rate, 0.10) == 23.8
 
 
 def test_a_point_that_held_the_limit_but_not_the_headroom_starts_one_step_down() -> None:
@@ -100,12 +102,13 @@ def test_confirms_at_the_target_with_the_full_sample_and_meets() -> None:
     s = System(ms_per_load=40.0)
     res = confirm(
         s.measure(505),
-        search_points=search_points(s, [8, 16, 32]),
+        search_points=search_points(s, [8, 16, 20, 24, 32]),  # 900 ms at 22.58
         cons=CONS,
         axis=CONCURRENCY,
         headroom=0.10,
     )
     assert res.chosen is not None
+    assert [x for x, _ in s.calls] == [22.0]
     assert res.chosen.load == 22.0
     assert res.chosen.verdict.holds and not res.chosen.verdict.provisional
     assert all(n == 505 for _, n in s.calls)
@@ -133,7 +136,8 @@ def test_steps_down_when_the_search_was_optimistic_and_never_above_a_failed_try(
     optimistic, real = System(ms_per_load=25.0), System(ms_per_load=50.0)  # real: 900 ms at 18
     res = confirm(
         real.measure(505),
-        search_points=search_points(optimistic, [8, 16, 48]),
+        # 800 ms at 32, 1200 at 48: 900 ms at 32 + 16 x ln(9 / 8) / ln(1.5) = 36.65
+        search_points=search_points(optimistic, [8, 16, 32, 48]),
         cons=CONS,
         axis=CONCURRENCY,
         headroom=0.10,
@@ -271,7 +275,8 @@ def test_rate_targets_are_three_significant_figures(load: float) -> None:
     pts = search_points(s, [load * 0.5, load, load * 2])
     x = target_load(pts, CONS, axis, 0.0)
     assert x == axis.quantize(x)
-    assert math.isclose(x, axis.floor(load * 1.234), rel_tol=1e-9)
+    # 1000 ms in the latency's logarithm between load (810 ms) and 2 x load (1621 ms)
+    assert math.isclose(x, axis.floor(load * (1 + math.log2(1.234))), rel_tol=1e-9)
     assert np.isfinite(x)
 
 
@@ -280,7 +285,7 @@ def test_a_try_short_of_its_percentile_is_not_moved_down() -> None:
     s = System(ms_per_load=40.0)
     res = confirm(
         s.measure(60),
-        search_points=search_points(s, [8, 16, 32]),
+        search_points=search_points(s, [8, 16, 20, 24, 32]),  # 900 ms at 22.58: 880 at 22
         cons=CONS,
         axis=CONCURRENCY,
         headroom=0.10,
@@ -304,10 +309,14 @@ def test_a_load_margin_keeps_the_open_loop_under_its_cliff() -> None:
     s = Cliff(ms_per_load=0.0)
     rate = LoadAxis("rate", minimum=0.05, maximum=100)
     pts = search_points(s, [10, 20, 22])  # the limit (1 s) is crossed at 20.7
-    # 10 % under the latency limit is only 1 % under the capacity...
-    assert target_load(pts, CONS, rate, 0.10) == pytest.approx(20.6, abs=0.05)
+    # In the latency's logarithm between 20 (300 ms) and 22 (2.3 s) the fit crosses the limit
+    # at 21.18, and 900 ms at 21.08 (a cliff, not a geometric rise: the fit reads it late).
+    cap = 20 + 2 * math.log(1000 / 300) / math.log(2300 / 300)
+    assert cap == pytest.approx(21.18, abs=0.005)
+    # 10 % under the latency limit is only 0.5 % under the capacity...
+    assert target_load(pts, CONS, rate, 0.10) == 21.0
     # ... a 10 % load margin is 10 % under it, and refining up never passes it.
-    assert target_load(pts, CONS, rate, 0.10, load_margin=0.10) == pytest.approx(18.6, abs=0.05)
+    assert target_load(pts, CONS, rate, 0.10, load_margin=0.10) == 19.0
     res = confirm(
         s.measure(505),
         search_points=pts,
@@ -318,8 +327,8 @@ def test_a_load_margin_keeps_the_open_loop_under_its_cliff() -> None:
         load_margin=0.10,
     )
     assert res.chosen is not None
-    assert all(t.load <= 0.9 * 20.7 + 0.05 for t in res.tries)
-    assert res.chosen.load == pytest.approx(18.6, abs=0.05)
+    assert all(t.load <= 0.9 * cap for t in res.tries)
+    assert res.chosen.load == 19.0
 
 
 def test_a_load_margin_holds_under_a_search_where_every_load_held() -> None:
@@ -368,7 +377,8 @@ def test_no_try_up_by_less_than_the_minimum_step() -> None:
     # a first try that meets puts it about 0.5 % higher: not worth another full-size sample.
     search, now = System(ms_per_load=40.0), System(ms_per_load=39.6)
     rate = LoadAxis("rate", minimum=0.05, maximum=100)
-    pts = search_points(search, [8, 16, 32])
+    # 800 ms at 20, 960 at 24: 900 ms at 20 + 4 x ln(9 / 8) / ln(1.2) = 22.58
+    pts = search_points(search, [8, 16, 20, 24, 32])
     res = confirm(now.measure(505), search_points=pts, cons=CONS, axis=rate, headroom=0.10)
     assert [t.load for t in res.tries] == [22.5]
     assert res.chosen is not None and res.chosen.load == 22.5

@@ -38,9 +38,14 @@ def flat(load: float, ttft_ms: float, n: int = 100) -> Samples:
     return point(load, np.full(n, ttft_ms))
 
 
+def geometric(load: float) -> float:
+    """A p99 TTFT that doubles every 4 units of load and reaches the limit (1000 ms) at 20."""
+    return 1000.0 * 2.0 ** ((load - 20.0) / 4.0)
+
+
 def test_crossing_is_interpolated_between_the_bracketing_points() -> None:
-    # p99 TTFT = 50 ms x load: the limit (1000 ms) is crossed at load 20.
-    pts = [flat(c, 50.0 * c) for c in (8, 16, 24, 32)]
+    # 500 ms at 16, 2000 ms at 24: the limit is crossed at 20 in the latency's logarithm.
+    pts = [flat(c, geometric(c)) for c in (8, 16, 24, 32)]
     est = estimate(pts, CONS, resamples=0)
     assert est is not None
     assert est.censored == "none"
@@ -53,10 +58,22 @@ def test_crossing_is_interpolated_between_the_bracketing_points() -> None:
 
 
 def test_headroom_level_gives_the_load_that_keeps_latency_under_ninety_percent() -> None:
-    pts = [flat(c, 50.0 * c) for c in (8, 16, 24, 32)]
+    pts = [flat(c, geometric(c)) for c in (8, 16, 24, 32)]
     est = estimate(pts, CONS, level=-0.1, resamples=0)
     assert est is not None
-    assert est.load == pytest.approx(18.0)  # 900 ms / 50 ms
+    assert est.load == pytest.approx(20.0 + 4.0 * math.log2(0.9))  # 900 ms: 19.39
+
+
+def test_a_latency_far_over_the_limit_does_not_pull_the_crossing_down() -> None:
+    # Held well under the limit at 9, far over it at 13.5 (the drift's judged p99 past the
+    # 10x cap): interpolated in the latency itself the crossing would sit at 9 + 4.5 x
+    # 0.6 / 10.6 = 9.25, next to the point that held; in its logarithm it is
+    # 9 + 4.5 x ln(1 / 0.4) / ln(11 / 0.4) = 10.24.
+    pts = [flat(9.0, 400.0), flat(13.5, 30_000.0)]
+    est = estimate(pts, CONS, resamples=0)
+    assert est is not None
+    assert est.load == pytest.approx(9.0 + 4.5 * math.log(2.5) / math.log(27.5))
+    assert est.load == pytest.approx(10.24, abs=0.01)
 
 
 def test_a_lower_load_that_failed_caps_the_capacity() -> None:

@@ -9,9 +9,18 @@ from all of the configuration's points instead:
    ``measured / limit - 1`` at each load is fitted monotone non-decreasing in load (isotonic
    regression, each point weighted by its requests): more load never makes latency better.
 2. The capacity is the lowest load at which a fitted margin crosses the level (0: the limit;
-   ``-headroom`` for a confirmation target), by linear interpolation between the two points that
-   bracket it. Below the lowest load or above the highest, nothing is extrapolated: the
-   estimate says it is censored there.
+   ``-headroom`` for a confirmation target), interpolated between the two points that bracket
+   it: a latency linearly in its logarithm, the error rate linearly in itself. Near
+   saturation a queue's latency grows about geometrically with load, so a straight line
+   between a point well under the limit and one far over it crosses early. On a fast AMD box
+   (2026-12-07, ``benchmarks/model_accuracy.py``) a ladder's points at 9 and 13.5 requests/s
+   (p99 TTFT 367 ms; 6.5 s, judged past the 10x cap) put the crossing at 9.42 in the latency
+   itself and 10.77 in its logarithm; bisected points held at 11.02 and broke at 11.60. Over
+   eight configurations whose first points (three or four loads, 5-50 % apart) bracketed the
+   crossing before it was bisected to 5 %, the estimate from the first points alone was 4.1 %
+   low on average in the latency (worst 17 %) and 0.9 % in its logarithm (worst 9 %). Below
+   the lowest load or above the highest, nothing is extrapolated: the estimate says it is
+   censored there.
 3. The score is the output tokens/s at that load, fitted monotone non-decreasing in load too,
    linearly interpolated (proportional to load below the lowest point). A point's tokens/s is
    its output tokens over ``Samples.duration_s``, which the caller chooses: the measured
@@ -45,6 +54,7 @@ BIG_MARGIN = 10.0  # stands in for an unmeasurable margin (no samples): far over
 DEFAULT_RESAMPLES = 200
 INTERVAL = (5.0, 95.0)  # percentiles of the bootstrap: a 90 % interval
 SATURATION_GAIN = 1.03  # as in the capacity search: a smaller step up is a plateau
+LOG_FLOOR = 1e-6  # latency over limit below this counts as this (log of 0)
 
 
 @dataclass(frozen=True)
@@ -221,6 +231,15 @@ class _Eval:
     bracket_tokens: tuple[float, float] | None = None  # fitted tokens/s at those loads
 
 
+def _log_scale(key: str, m: np.ndarray, level: float) -> tuple[np.ndarray, float]:
+    """A constraint's margins and level where its crossing is interpolated: a latency's as
+    the logarithm of latency over limit (step 2 of the module docstring), the error rate's as
+    they are."""
+    if key == "error_rate":
+        return m, level
+    return np.log(np.maximum(1.0 + m, LOG_FLOOR)), math.log(max(1.0 + level, LOG_FLOOR))
+
+
 def _evaluate(
     loads: np.ndarray,
     weights: np.ndarray,
@@ -230,7 +249,8 @@ def _evaluate(
 ) -> _Eval:
     cross, binding, k = math.inf, None, loads.size
     for key, m in margins.items():
-        x, kx = _crossing(loads, _fit(m, weights), level)
+        scaled, at = _log_scale(key, m, level)
+        x, kx = _crossing(loads, _fit(scaled, weights), at)
         if x < cross:
             cross, binding, k = x, key, kx
     t = _fit(tput, weights)
