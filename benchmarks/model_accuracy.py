@@ -1,26 +1,30 @@
 r"""The serving model's prediction against measurement, on configurations it was not fitted on.
 
 One build (the knobs that change kernels or the front end: ``--build k=v``, the rest of the
-vLLM CPU space at its baseline) is calibrated on one configuration, then every configuration
-of ``CONFIGS`` (the scheduler knobs across their ranges: batch limit, token budget, chunked
-prefill off, a KV cache small enough to preempt) is predicted first and measured after, each on
-a fresh start:
+vLLM CPU space at its baseline) is calibrated on one configuration, measured on two fresh
+starts, then every configuration of ``CONFIGS`` (the scheduler knobs across their ranges: batch
+limit, token budget, chunked prefill off, a KV cache small enough to preempt) is predicted
+first and measured after, each on a fresh start:
 
 1. **Calibration** (the build's defaults for the scheduler knobs): a prefill sweep at
    concurrency 1 (prompts of 16-2,048 tokens, 3 each), then open-loop Poisson points up a
    ladder (x1.5 from ``--start-rate``, ``--calib-span`` seconds of arrivals each) until one
-   breaks the SLOs, then bisected as below. Every request's record goes to the fit
-   (tuner/servemodel/calibrate.py).
-2. **Each configuration**: the model predicts its capacity (tuner/servemodel/predict.py: the
+   breaks the SLOs, then bisected as below.
+2. **The calibration configuration again**, on a fresh start, at the loads around its first
+   start's crossing (``--span`` seconds each), bisected as below: the run-to-run spread of a
+   fresh start, measured beside the error. Every request's record of both starts goes to the
+   fit (tuner/servemodel/calibrate.py): fresh starts of one configuration differ by up to
+   14 % here (a fast AMD box, 2026-12-07), and a model fitted on one start carries that
+   start's luck into every prediction, as the tuner's own calibration, over every measured
+   trial of a build, does not.
+3. **Each configuration**: the model predicts its capacity (tuner/servemodel/predict.py: the
    tuner's estimator and SLO verdict on simulated points); then the engine is started with it,
    warmed up, and measured with autotune's client at 0.85, 1.0 and 1.15 x the predicted rate
    (more points, further out, where those do not bracket the crossing), then bisected until
    the highest load that held and the lowest that broke are within 5 % (a wider bracket reads
    the capacity low: see ``narrow``), ``--span`` seconds of arrivals each. Its measured
-   capacity is the same estimator over those points. At every
-   measured load the model is also asked for that load's TTFT p99 and TPOT p50.
-3. **The calibration configuration again**, on a fresh start, at the loads its first
-   measurement bracketed: the run-to-run spread of a fresh start, measured beside the error.
+   capacity is the same estimator over those points. At every measured load the model is
+   also asked for that load's TTFT p99 and TPOT p50.
 
 It prints predicted against measured (capacity, TTFT p99 and TPOT p50 at the measured load
 closest under the capacity) with the errors, then the median and worst absolute capacity
@@ -304,14 +308,19 @@ def narrow(b: Bench, res: Result, point: Any, d: Path, span: float) -> None:
 
 
 # ------------------------------------------------------------ the model's side
-def fit(b: Bench, calib: Result) -> StepModel:
-    """The step model of the calibration configuration's points, with the front end's
-    admission delay fitted on its open-loop points as the tuner fits it (the prefill sweep's
-    lone requests find nothing running)."""
-    step = calibrate([recs for _, recs in load_points(calib)])
-    knobs = b.knobs(calib["params"], calib["model_dir"])
-    replays = [Replay(recs, knobs) for _, recs in load_points(calib, "rate")]
+def fit(b: Bench, *calibs: Result) -> StepModel:
+    """The step model of the calibration configuration's points (from each of its starts),
+    with the front end's admission delay fitted on their open-loop points as the tuner fits
+    it (the prefill sweep's lone requests find nothing running)."""
+    step = calibrate([recs for c in calibs for _, recs in load_points(c)])
+    knobs = b.knobs(calibs[0]["params"], calibs[0]["model_dir"])
+    replays = [Replay(recs, knobs) for c in calibs for _, recs in load_points(c, "rate")]
     return step.model_copy(update={"admit_per_seq_s": fit_admission([(step, replays)])})
+
+
+def calibrations(doc: Result) -> list[Result]:
+    """The calibration configuration's starts in ``doc`` (the model is fitted on them all)."""
+    return [r for r in doc["configs"] if r.get("role") in ("calibration", "again")]
 
 
 def model_side(b: Bench, step: StepModel, res: Result) -> Result:
@@ -439,7 +448,7 @@ def main() -> int:
         b = Bench(a, a.again)
         for res in done["configs"]:  # the estimator as it is now, on the same records
             res["measured"] = measured_capacity(b, res)
-        done["step_model"] = fit(b, done["configs"][0]).model_dump()
+        done["step_model"] = fit(b, *calibrations(done)).model_dump()
         table(b, done)
         write_atomic(a.again / "accuracy-again.json", json.dumps(done, indent=2).encode())
         return 0
@@ -467,7 +476,15 @@ def main() -> int:
         calib["role"] = "calibration"
         calib["measured"] = measured_capacity(b, calib)
         doc["configs"].append(calib)
-        step = fit(b, calib)
+        save()
+        br = bracket(calib)
+        rate_loads = sorted({p["load"] for p in calib["points"] if p["kind"] == "rate"})
+        loads = rate_loads[-3:] if br is None else [x for x in rate_loads if x <= br[1]][-3:]
+        res = b.measure("calibration-again", dict(build), again_plan(b, loads))
+        res["role"] = "again"
+        res["measured"] = measured_capacity(b, res)
+        doc["configs"].append(res)
+        step = fit(b, calib, res)
         doc["step_model"] = step.model_dump()
         print(f"fitted: {step}")
         save()
@@ -483,13 +500,6 @@ def main() -> int:
             res["measured"] = measured_capacity(b, res)
             doc["configs"].append(res)
             save()
-        br = bracket(calib)
-        rate_loads = sorted({p["load"] for p in calib["points"] if p["kind"] == "rate"})
-        loads = rate_loads[-3:] if br is None else [x for x in rate_loads if x <= br[1]][-3:]
-        res = b.measure("calibration-again", dict(build), again_plan(b, loads))
-        res["role"] = "again"
-        res["measured"] = measured_capacity(b, res)
-        doc["configs"].append(res)
     except (ProbeError, ModelError, EngineStartError) as exc:
         print(f"could not measure: {exc}")
         doc["error"] = str(exc)
