@@ -236,11 +236,7 @@ def calibration_plan(b: Bench) -> Any:
             save_point(res, d, "prefill", float(n_in), recs, None, summarize(recs))
         x = b.a.start_rate
         for _ in range(12):
-            n = max(60, round(x * b.a.calib_span))
-            recs = point(x, n)
-            holds, _, m = b.judged(x, recs)
-            save_point(res, d, "rate", x, recs, holds, m)
-            if not holds:
+            if not rate_point(b, res, point, d, x, b.a.calib_span):
                 break
             x *= 1.5
         narrow(b, res, point, d, b.a.calib_span)
@@ -261,9 +257,7 @@ def test_plan(b: Bench, predicted_rate: float) -> Any:
             if f < 0.85 and held:
                 continue
             x = predicted_rate * f
-            recs = point(x, max(60, round(x * b.a.span)))
-            holds, _, m = b.judged(x, recs)
-            save_point(res, d, "rate", x, recs, holds, m)
+            rate_point(b, res, point, d, x, b.a.span)
         narrow(b, res, point, d, b.a.span)
 
     return plan
@@ -272,12 +266,19 @@ def test_plan(b: Bench, predicted_rate: float) -> Any:
 def again_plan(b: Bench, loads: list[float]) -> Any:
     def plan(res: Result, point: Any, d: Path) -> None:
         for x in loads:
-            recs = point(x, max(60, round(x * b.a.span)))
-            holds, _, m = b.judged(x, recs)
-            save_point(res, d, "rate", x, recs, holds, m)
+            rate_point(b, res, point, d, x, b.a.span)
         narrow(b, res, point, d, b.a.span)
 
     return plan
+
+
+def rate_point(b: Bench, res: Result, point: Any, d: Path, x: float, span: float) -> bool:
+    """Measure one open-loop point at ``x`` requests/s (``span`` seconds of arrivals, at
+    least 60 requests), judge it and save it in ``res``; whether it held."""
+    recs = point(x, max(60, round(x * span)))
+    holds, _, m = b.judged(x, recs)
+    save_point(res, d, "rate", x, recs, holds, m)
+    return holds
 
 
 def bracket(res: Result) -> tuple[float, float] | None:
@@ -301,10 +302,7 @@ def narrow(b: Bench, res: Result, point: Any, d: Path, span: float) -> None:
         br = bracket(res)
         if br is None or br[1] <= br[0] * (1.0 + BRACKET):
             return
-        x = (br[0] * br[1]) ** 0.5
-        recs = point(x, max(60, round(x * span)))
-        holds, _, m = b.judged(x, recs)
-        save_point(res, d, "rate", x, recs, holds, m)
+        rate_point(b, res, point, d, (br[0] * br[1]) ** 0.5, span)
 
 
 # ------------------------------------------------------------ the model's side
